@@ -1,0 +1,31 @@
+# `make train` runs the main job, `make test` the test suite; both create .venv on first use.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+CONFIG ?= configs/local.yaml
+
+$(BIN)/.installed: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# CPU build of torch first (a newer or unpinned torch pulls a multi-GB CUDA build).
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+.PHONY: setup train test test-gpu bench clean
+setup: $(BIN)/.installed
+
+train: setup
+	$(BIN)/rl-zerosync train --config $(CONFIG)
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+test-gpu: setup
+	$(BIN)/python -m pytest -q -m gpu
+
+bench: setup
+	$(BIN)/rl-zerosync bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,5 @@
+import sys
+
+from rl_zerosync.cli import main
+
+sys.exit(main())
