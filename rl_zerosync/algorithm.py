@@ -1,0 +1,188 @@
+"""ZeroSyncDQN: RLlib's DQN with GPU env runners, learner-owned device replay and graphed updates.
+
+One training iteration (``training_step``):
+
+1. sample one rollout from every env runner (``GPUEnvRunner``; local or remote Ray actors);
+2. add the rollouts to the learners' device replay (same process and device: the rollout stays on
+   the device; otherwise one host->device copy per rollout);
+3. once ``num_steps_sampled_before_learning_starts`` env steps were sampled, run K updates per
+   learner with no host read between them (``K = replay_ratio * env steps / batch``, at least 1);
+4. one metrics readback per learner;
+5. weights to the runners once (device-to-device when runner and learner share the process).
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+from ray.rllib.algorithms.dqn.dqn import DQN, DQNConfig
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+from ray.rllib.execution.rollout_ops import synchronous_parallel_sample
+from ray.rllib.utils.annotations import override
+from ray.rllib.utils.from_config import NotProvided
+from ray.rllib.utils.metrics import (
+    ENV_RUNNER_RESULTS,
+    ENV_RUNNER_SAMPLING_TIMER,
+    LEARNER_RESULTS,
+    LEARNER_UPDATE_TIMER,
+    NUM_ENV_STEPS_SAMPLED,
+    NUM_ENV_STEPS_SAMPLED_LIFETIME,
+    REPLAY_BUFFER_ADD_DATA_TIMER,
+    SYNCH_WORKER_WEIGHTS_TIMER,
+    TIMERS,
+)
+
+NUM_UPDATES_PER_ITERATION = "num_updates_per_iteration"
+
+
+class ZeroSyncDQNConfig(DQNConfig):
+    """DQNConfig whose defaults are the zero-sync learner, the GPU env runner and the Q module.
+
+    Extra setting (``training(replay_ratio=...)``): trained transitions per sampled env step.
+    """
+
+    def __init__(self, algo_class: Optional[type] = None):
+        super().__init__(algo_class=algo_class or ZeroSyncDQN)
+        from rl_zerosync.env_runner import GPUEnvRunner
+
+        self.replay_ratio = 1.0
+        self.env_runner_cls = GPUEnvRunner
+        # The learners own the replay (on their device); RLlib's episode buffer stays tiny.
+        self.replay_buffer_config = {
+            "type": "EpisodeReplayBuffer",
+            "capacity": 1,
+        }
+
+    @override(DQNConfig)
+    def training(self, *, replay_ratio: Any = NotProvided, **kwargs) -> "ZeroSyncDQNConfig":
+        super().training(**kwargs)
+        if replay_ratio is not NotProvided:
+            self.replay_ratio = replay_ratio
+        return self
+
+    @override(DQNConfig)
+    def validate(self) -> None:
+        super().validate()
+        if not (isinstance(self.replay_ratio, (int, float)) and self.replay_ratio > 0):
+            raise ValueError(f"replay_ratio must be a number > 0, got {self.replay_ratio!r}")
+
+    @override(DQNConfig)
+    def get_default_rl_module_spec(self) -> RLModuleSpec:
+        from rl_zerosync.module import ZeroSyncQModule
+
+        return RLModuleSpec(module_class=ZeroSyncQModule, model_config=self.model_config)
+
+    @override(DQNConfig)
+    def get_default_learner_class(self):
+        from rl_zerosync.learner import ZeroSyncDQNTorchLearner
+
+        return ZeroSyncDQNTorchLearner
+
+
+def updates_for(env_steps: int, replay_ratio: float, batch_size: int) -> int:
+    """K updates for ``env_steps`` new env steps: ``max(1, round(ratio * steps / batch))``."""
+    return max(1, int(round(replay_ratio * env_steps / batch_size)))
+
+
+class ZeroSyncDQN(DQN):
+    """DQN whose ``training_step`` feeds learner-owned device replay and graph-replayed updates."""
+
+    @classmethod
+    @override(DQN)
+    def get_default_config(cls) -> ZeroSyncDQNConfig:
+        return ZeroSyncDQNConfig()
+
+    # ---------------------------------------------------------------- helpers
+    def _local_runner_and_learner(self):
+        """(runner, learner) when both live in this process, else (None, None)."""
+        runner = self.env_runner
+        if self.env_runner_group is None or self.env_runner_group.num_remote_env_runners() > 0:
+            return None, None
+        learner = getattr(self.learner_group, "_learner", None)
+        if runner is None or learner is None:
+            return None, None
+        return runner, learner
+
+    def _sample(self) -> tuple[list, list]:
+        """One rollout per runner: (list of rollouts, list of runner metrics dicts)."""
+        runner, learner = self._local_runner_and_learner()
+        if runner is not None and hasattr(runner, "sample_device"):
+            rollout = runner.sample_device()
+            return [rollout], [runner.get_metrics()]
+        return synchronous_parallel_sample(
+            worker_set=self.env_runner_group,
+            concat=False,
+            sample_timeout_s=self.config.sample_timeout_s,
+            _uses_new_env_runners=True,
+            _return_metrics=True,
+        )
+
+    def _add_to_replay(self, rollouts: list) -> None:
+        runner, learner = self._local_runner_and_learner()
+        if learner is not None or self.learner_group.is_local:
+            learner = self.learner_group._learner
+            for rollout in rollouts:
+                learner.replay.add(rollout)
+            return
+        n = len(self.learner_group)
+
+        def add_shard(lrn, _rollouts=rollouts, _n=n):
+            dist = torch.distributed
+            rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+            # Round-robin shards; with fewer rollouts than learners every learner gets all.
+            for i, rollout in enumerate(_rollouts):
+                if len(_rollouts) < _n or i % _n == rank:
+                    lrn.replay.add(rollout)
+
+        self.learner_group.foreach_learner(add_shard)
+
+    def _train(self, num_updates: int) -> list[dict]:
+        if self.learner_group.is_local:
+            learner = self.learner_group._learner
+            learner.train(num_updates)
+            learner.collect_metrics()
+            return [learner.metrics.reduce()]
+
+        def train_and_read(lrn, _k=num_updates):
+            lrn.train(_k)
+            lrn.collect_metrics()
+            return lrn.metrics.reduce()
+
+        return list(self.learner_group.foreach_learner(train_and_read))
+
+    def _sync_weights(self) -> None:
+        runner, learner = self._local_runner_and_learner()
+        if runner is not None and hasattr(runner, "load_weights_from_module"):
+            # Same process: device-to-device copy into the runner's module, in place.
+            runner.load_weights_from_module(learner.module)
+            return
+        self.env_runner_group.sync_weights(
+            from_worker_or_learner_group=self.learner_group,
+            inference_only=True,
+        )
+
+    # ---------------------------------------------------------------- step
+    @override(DQN)
+    def training_step(self) -> None:
+        with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
+            rollouts, runner_metrics = self._sample()
+        self.metrics.aggregate(runner_metrics, key=ENV_RUNNER_RESULTS)
+
+        with self.metrics.log_time((TIMERS, REPLAY_BUFFER_ADD_DATA_TIMER)):
+            self._add_to_replay(rollouts)
+
+        sampled = sum(int(m.get(NUM_ENV_STEPS_SAMPLED, 0)) for m in runner_metrics)
+        lifetime = self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)
+        if lifetime < self.config.num_steps_sampled_before_learning_starts:
+            return
+
+        k = updates_for(sampled, self.config.replay_ratio, self.config.train_batch_size_per_learner)
+        with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
+            learner_results = self._train(k)
+        self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
+        self.metrics.log_value(NUM_UPDATES_PER_ITERATION, k, window=1)
+
+        with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
+            self._sync_weights()
+
+

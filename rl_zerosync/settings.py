@@ -1,0 +1,349 @@
+"""One typed settings object for a run, loaded from a YAML file.
+
+A YAML file has up to seven top-level sections::
+
+    run:      RunSettings      (where to write, how long, checkpoints)
+    algo:     AlgoSettings     (DQN hyper-parameters, scale-out, replay ratio)
+    model:    ModelSettings    (action mode, network)
+    data:     dict -> rl_zerosync.envs.make_market
+    env:      dict -> rl_zerosync.envs.EnvParams
+    runner:   dict -> rl_zerosync.env_runner.RunnerSettings
+    learner:  dict -> rl_zerosync.learner.LearnerSettings
+
+Unknown keys and bad values raise :class:`SettingsError` naming the key, the file and what is
+allowed. :func:`to_rllib_config` is the one place where settings become a ``ZeroSyncDQNConfig``.
+"""
+from __future__ import annotations
+
+import ast
+import copy
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ACTION_MODES = ("routed", "flat", "branching")
+
+
+class SettingsError(ValueError):
+    """A bad key or value in a settings file."""
+
+
+@dataclass
+class RunSettings:
+    name: str = "run"
+    """Run name; the run directory is ``<dir>/<name>``."""
+    dir: str = "runs"
+    """Parent directory of run directories."""
+    iterations: int = 100
+    """Training iterations (one iteration = one rollout per runner + K updates)."""
+    checkpoint_every: int = 10
+    """Write a checkpoint every this many iterations (and at the end); 0 = only at the end."""
+    seed: int = 0
+    """Global seed (env offsets, exploration, network init, replay sampling)."""
+    evaluate: bool = True
+    """Evaluate the greedy policy on the validation and test segments at the end."""
+    num_cpus: int = 0
+    """CPUs for a local Ray instance; 0 = let Ray decide (ignored when a cluster is running)."""
+
+
+@dataclass
+class AlgoSettings:
+    lr: float = 5e-4
+    """Adam learning rate (a float; schedules are not supported by the zero-sync learner)."""
+    gamma: float = 0.99
+    """Discount factor."""
+    n_step: int = 3
+    """n-step return horizon."""
+    batch_size: int = 1024
+    """Transitions per update per learner."""
+    replay_ratio: float = 1.0
+    """Trained transitions per sampled env step (K = ratio * env steps / batch_size, >= 1)."""
+    learning_starts: int = 10_000
+    """Env steps sampled before the first update."""
+    target_update_freq: int = 1000
+    """Env steps between hard target-network updates (used when tau == 1)."""
+    tau: float = 1.0
+    """Polyak coefficient (1.0 = hard updates)."""
+    double_q: bool = True
+    """Double DQN target."""
+    grad_clip: float = 10.0
+    """Global gradient-norm clip."""
+    epsilon: list = field(default_factory=lambda: [[0, 1.0], [50_000, 0.05]])
+    """Piecewise-linear epsilon schedule over env steps: [[step, value], ...]."""
+    num_envs_per_runner: int = 1024
+    """Batched envs per env runner."""
+    rollout_length: int = 64
+    """Steps per env per rollout (T)."""
+    num_env_runners: int = 0
+    """Remote env runners (0 = sample in the driver process)."""
+    num_learners: int = 0
+    """Remote learners (0 = learn in the driver process)."""
+    num_gpus_per_learner: float = -1
+    """GPUs per learner; -1 = 1 if CUDA is available, else 0. Fractions let a runner share it."""
+    num_gpus_per_env_runner: float = -1
+    """GPUs per remote env runner; -1 = 1 if CUDA is available, else 0."""
+
+
+@dataclass
+class ModelSettings:
+    action_mode: str = "routed"
+    """routed (Q over 5 exposures + routing kernel), flat (Q over 45) or branching (BDQ 5x3x3)."""
+    hidden: list = field(default_factory=lambda: [256, 256])
+    """Hidden layer sizes of the Q network."""
+    dueling: bool = False
+    """Dueling head (routed/flat)."""
+
+
+@dataclass
+class Settings:
+    run: RunSettings = field(default_factory=RunSettings)
+    algo: AlgoSettings = field(default_factory=AlgoSettings)
+    model: ModelSettings = field(default_factory=ModelSettings)
+    data: dict = field(default_factory=lambda: {"source": "synthetic"})
+    env: dict = field(default_factory=dict)
+    runner: dict = field(default_factory=dict)
+    learner: dict = field(default_factory=dict)
+    source: str = "<defaults>"
+    """The file these settings came from (for error messages)."""
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.run.dir) / self.run.name
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d.pop("source")
+        return d
+
+
+_TYPED_SECTIONS = {"run": RunSettings, "algo": AlgoSettings, "model": ModelSettings}
+_DICT_SECTIONS = ("data", "env", "runner", "learner")
+
+
+def _coerce(value: Any, typ: Any, where: str) -> Any:
+    """Check ``value`` against a dataclass field type, converting ints to floats."""
+    origin = typing.get_origin(typ) or typ
+    if typ is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if typ is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if typ is bool and isinstance(value, bool):
+        return value
+    if typ is str and isinstance(value, str):
+        return value
+    if origin is list and isinstance(value, list):
+        return value
+    raise SettingsError(f"{where}: expected {getattr(typ, '__name__', typ)}, got {value!r}")
+
+
+def _build_section(cls: type, values: dict, where: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    allowed = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in values.items():
+        if key not in allowed:
+            raise SettingsError(f"{where}.{key}: unknown key; allowed: {', '.join(allowed)}")
+        kwargs[key] = _coerce(value, hints[key], f"{where}.{key}")
+    return cls(**kwargs)
+
+
+def _validate(s: Settings) -> None:
+    src = s.source
+    if s.model.action_mode not in ACTION_MODES:
+        raise SettingsError(
+            f"{src}: model.action_mode: got {s.model.action_mode!r}; allowed: {', '.join(ACTION_MODES)}"
+        )
+    if not s.model.hidden or not all(isinstance(h, int) and h > 0 for h in s.model.hidden):
+        raise SettingsError(f"{src}: model.hidden: expected a non-empty list of positive ints")
+    positive = {
+        "run.iterations": s.run.iterations, "algo.batch_size": s.algo.batch_size,
+        "algo.n_step": s.algo.n_step, "algo.num_envs_per_runner": s.algo.num_envs_per_runner,
+        "algo.rollout_length": s.algo.rollout_length, "algo.lr": s.algo.lr,
+        "algo.replay_ratio": s.algo.replay_ratio, "algo.target_update_freq": s.algo.target_update_freq,
+    }
+    for key, value in positive.items():
+        if not value > 0:
+            raise SettingsError(f"{src}: {key}: must be > 0, got {value}")
+    non_negative = {
+        "run.checkpoint_every": s.run.checkpoint_every, "algo.learning_starts": s.algo.learning_starts,
+        "algo.num_env_runners": s.algo.num_env_runners, "algo.num_learners": s.algo.num_learners,
+        "run.num_cpus": s.run.num_cpus,
+    }
+    for key, value in non_negative.items():
+        if value < 0:
+            raise SettingsError(f"{src}: {key}: must be >= 0, got {value}")
+    if not 0.0 <= s.algo.gamma <= 1.0:
+        raise SettingsError(f"{src}: algo.gamma: must be in [0, 1], got {s.algo.gamma}")
+    if not 0.0 < s.algo.tau <= 1.0:
+        raise SettingsError(f"{src}: algo.tau: must be in (0, 1], got {s.algo.tau}")
+    eps = s.algo.epsilon
+    ok = all(isinstance(p, (list, tuple)) and len(p) == 2 for p in eps) and len(eps) >= 1
+    if ok:
+        steps = [p[0] for p in eps]
+        ok = steps == sorted(steps) and all(0.0 <= float(p[1]) <= 1.0 for p in eps)
+    if not ok:
+        raise SettingsError(
+            f"{src}: algo.epsilon: expected [[step, value], ...] with increasing steps and values "
+            f"in [0, 1], got {eps!r}"
+        )
+    for name in ("num_gpus_per_learner", "num_gpus_per_env_runner"):
+        value = getattr(s.algo, name)
+        if value != -1 and value < 0:
+            raise SettingsError(f"{src}: algo.{name}: must be -1 (auto) or >= 0, got {value}")
+    _validate_components(s)
+
+
+def _validate_components(s: Settings) -> None:
+    """Build the component settings once so their own checks run now, naming the file."""
+    from rl_zerosync.env_runner.settings import RunnerSettings
+    from rl_zerosync.envs import EnvParams
+    from rl_zerosync.learner.settings import LearnerSettings
+
+    for section, cls in (("env", EnvParams), ("runner", RunnerSettings), ("learner", LearnerSettings)):
+        values = getattr(s, section)
+        allowed = [f.name for f in dataclasses.fields(cls)]
+        for key in values:
+            if key not in allowed:
+                raise SettingsError(
+                    f"{s.source}: {section}.{key}: unknown key; allowed: {', '.join(allowed)}"
+                )
+        try:
+            cls(**values)
+        except (TypeError, ValueError) as err:
+            raise SettingsError(f"{s.source}: {section}: {err}") from err
+    if not isinstance(s.data, dict) or "source" not in s.data:
+        raise SettingsError(f"{s.source}: data.source: required (synthetic, csv or parquet)")
+
+
+def from_dict(raw: dict, source: str = "<dict>") -> Settings:
+    """Build and validate :class:`Settings` from a plain dict."""
+    if not isinstance(raw, dict):
+        raise SettingsError(f"{source}: expected a mapping at the top level, got {type(raw).__name__}")
+    allowed = list(_TYPED_SECTIONS) + list(_DICT_SECTIONS)
+    kwargs: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in allowed:
+            raise SettingsError(f"{source}: {key}: unknown section; allowed: {', '.join(allowed)}")
+        if value is None:
+            value = {}
+        if not isinstance(value, dict):
+            raise SettingsError(f"{source}: {key}: expected a mapping, got {value!r}")
+        if key in _TYPED_SECTIONS:
+            kwargs[key] = _build_section(_TYPED_SECTIONS[key], value, f"{source}: {key}")
+        else:
+            kwargs[key] = copy.deepcopy(value)
+    s = Settings(**kwargs, source=source)
+    _validate(s)
+    return s
+
+
+def _parse_override(item: str) -> tuple[list[str], Any]:
+    if "=" not in item:
+        raise SettingsError(f"--set {item!r}: expected section.key=value")
+    key, text = item.split("=", 1)
+    path = key.strip().split(".")
+    if len(path) < 2:
+        raise SettingsError(f"--set {item!r}: expected section.key=value (e.g. run.iterations=5)")
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        value = text
+    if isinstance(value, str):
+        try:
+            value = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            pass
+    return path, value
+
+
+def apply_overrides(raw: dict, overrides: list[str]) -> dict:
+    """Apply ``section.key=value`` overrides (YAML-parsed values) to a raw settings dict."""
+    raw = copy.deepcopy(raw)
+    for item in overrides or []:
+        path, value = _parse_override(item)
+        node = raw
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise SettingsError(f"--set {item!r}: {part} is not a section")
+        node[path[-1]] = value
+    return raw
+
+
+def load(path: str | Path, overrides: list[str] | None = None) -> Settings:
+    """Load a YAML settings file, apply ``--set`` overrides and validate."""
+    path = Path(path)
+    if not path.is_file():
+        raise SettingsError(f"{path}: settings file not found")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise SettingsError(f"{path}: not valid YAML: {err}") from err
+    return from_dict(apply_overrides(raw, overrides or []), source=str(path))
+
+
+def _gpus(value: float) -> float:
+    """-1 means 'one GPU if CUDA is available here, else none'."""
+    if value == -1:
+        import torch
+
+        return 1.0 if torch.cuda.is_available() else 0.0
+    return float(value)
+
+
+def to_rllib_config(s: Settings):
+    """Map settings onto a :class:`~rl_zerosync.algorithm.ZeroSyncDQNConfig` (the only mapping)."""
+    from rl_zerosync.algorithm import ZeroSyncDQNConfig
+
+    a = s.algo
+    learner_cfg = dict(s.learner)
+    learner_cfg.setdefault("seed", s.run.seed)
+    runner_cfg = dict(s.runner)
+    runner_cfg.setdefault("seed", s.run.seed)
+    gpus_learner = _gpus(a.num_gpus_per_learner)
+    gpus_runner = _gpus(a.num_gpus_per_env_runner) if a.num_env_runners > 0 else 0.0
+    config = (
+        ZeroSyncDQNConfig()
+        .environment(
+            "rl_zerosync/Trading-v0",
+            env_config={"data": s.data, "env": s.env, "runner": runner_cfg,
+                        "action_mode": s.model.action_mode},
+        )
+        .env_runners(
+            num_env_runners=a.num_env_runners,
+            num_envs_per_env_runner=a.num_envs_per_runner,
+            rollout_fragment_length=a.rollout_length,
+            num_gpus_per_env_runner=gpus_runner,
+        )
+        .learners(
+            num_learners=a.num_learners,
+            num_gpus_per_learner=gpus_learner,
+            learner_config_dict={"zerosync": learner_cfg},
+        )
+        .training(
+            lr=a.lr,
+            gamma=a.gamma,
+            n_step=a.n_step,
+            train_batch_size_per_learner=a.batch_size,
+            replay_ratio=a.replay_ratio,
+            num_steps_sampled_before_learning_starts=a.learning_starts,
+            target_network_update_freq=a.target_update_freq,
+            tau=a.tau,
+            double_q=a.double_q,
+            dueling=s.model.dueling,
+            grad_clip=a.grad_clip,
+            grad_clip_by="global_norm",
+            epsilon=[tuple(p) for p in a.epsilon],
+        )
+        .rl_module(
+            model_config={"action_mode": s.model.action_mode, "hidden": list(s.model.hidden),
+                          "dueling": s.model.dueling},
+        )
+        .debugging(seed=s.run.seed)
+        .reporting(min_sample_timesteps_per_iteration=0, min_time_s_per_iteration=0)
+    )
+    return config

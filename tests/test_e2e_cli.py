@@ -1,0 +1,114 @@
+"""End to end through the CLI: smoke training, settings errors, SIGKILL + resume, ray job submit."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SMOKE = ROOT / "configs" / "smoke.yaml"
+BIN = Path(sys.executable).parent
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONUNBUFFERED"] = "1"
+    env.pop("RAY_ADDRESS", None)
+    return env
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "rl_zerosync", *args]
+
+
+def _iterations(run_dir: Path) -> list[int]:
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line)["iteration"] for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_settings_error_names_key_and_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("algo:\n  batch_sise: 32\n")
+    out = subprocess.run(_cli("train", "--config", str(bad)), capture_output=True, text=True,
+                         env=_env(), cwd=ROOT, timeout=120)
+    assert out.returncode == 2
+    assert "batch_sise" in out.stderr and "bad.yaml" in out.stderr and "batch_size" in out.stderr
+
+
+def test_kill_and_resume(tmp_path):
+    """SIGKILL a run mid-way, resume it: iterations and env steps continue."""
+    run = ["--set", f"run.dir={tmp_path}", "--set", "run.name=r", "--set", "run.iterations=6",
+           "--set", "run.checkpoint_every=1", "--set", "run.evaluate=false"]
+    run_dir = tmp_path / "r"
+    proc = subprocess.Popen(_cli("train", "--config", str(SMOKE), *run), env=_env(), cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and len(_iterations(run_dir)) < 3:
+            time.sleep(0.5)
+            assert proc.poll() is None, proc.stdout.read()
+        assert len(_iterations(run_dir)) >= 3, "run did not reach iteration 3 in time"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    done_before = _iterations(run_dir)
+    assert (run_dir / "checkpoint" / "rllib_checkpoint.json").is_file()
+    assert len(done_before) < 6
+    out = subprocess.run(_cli("train", "--config", str(SMOKE), *run, "--resume", str(run_dir)),
+                         capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "resumed from" in out.stdout
+    its = _iterations(run_dir)
+    assert its[-1] == 6
+    resumed = its[len(done_before):]
+    # The resumed run continues from the checkpointed iteration, not from 1.
+    assert resumed[0] > 1 and resumed == list(range(resumed[0], 7))
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r.get("env_runners/num_env_steps_sampled_lifetime", 0) for r in rows]
+    first_resumed = rows[len(done_before)]
+    # Env-step count continues from the checkpoint (not from zero).
+    assert first_resumed["env_runners/num_env_steps_sampled_lifetime"] > steps[0]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.skipif(shutil.which("ray", path=str(BIN)) is None, reason="ray CLI not installed")
+def test_ray_job_submit(tmp_path):
+    """Start a local Ray head, submit the smoke config as a job, check SUCCEEDED + checkpoint."""
+    env = _env()
+    env["RAY_AUTH_MODE"] = "token"
+    gcs, dash = _free_port(), _free_port()
+    ray = str(BIN / "ray")
+    start = subprocess.run(
+        [ray, "start", "--head", f"--port={gcs}", "--node-ip-address=127.0.0.1",
+         "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}", "--include-dashboard=true",
+         "--num-cpus=2", "--disable-usage-stats"],
+        capture_output=True, text=True, env=env, timeout=180)
+    assert start.returncode == 0, start.stdout + start.stderr
+    try:
+        cmd = [ray, "job", "submit", f"--address=http://127.0.0.1:{dash}", "--working-dir", str(ROOT),
+               "--runtime-env-json", json.dumps({"excludes": [".venv", "runs", ".git", ".device"]}),
+               "--", "rl-zerosync", "train", "--config", "configs/smoke.yaml",
+               "--set", f"run.dir={tmp_path}", "--set", "run.name=job", "--set", "run.iterations=2"]
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+        assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+        assert "SUCCEEDED" in out.stdout + out.stderr
+        assert (tmp_path / "job" / "checkpoint" / "rllib_checkpoint.json").is_file()
+    finally:
+        subprocess.run([ray, "stop", "--force"], capture_output=True, env=env, timeout=120)
