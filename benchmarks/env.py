@@ -1,0 +1,237 @@
+"""Benchmark the trading env: batched steps/s on the GPU at 1k, 64k and 1M envs, and the gymnasium twin on CPU.
+
+How to run:
+    python benchmarks/env.py             # one CUDA GPU, about a minute
+    python benchmarks/env.py --quick     # CPU only (batched env at small N + twin), a few seconds
+
+Results to expect: at 1k envs a step is bound by kernel-launch overhead (tens of launches), so the
+CUDA-graph column is several times faster than eager; at 1M envs a step is memory-bound and runs
+at billions of env steps per second, orders of magnitude above the single-env gymnasium twin (tens of
+thousands of steps/s on one CPU core at most, usually thousands).
+
+Each measurement steps N envs with random factored actions (pre-drawn on the device, no network),
+after warm-up; GPU times come from CUDA events, CPU times from ``time.perf_counter``; the reported
+value is the median over repeats. Writes JSON (``--out``, default ``benchmarks/results/env.json``)
+with the date, hardware, versions, config, every row and a top-level ``summary`` with
+``env_steps_per_s_max`` (eager, best N), ``env_steps_per_s_graph_max`` and ``twin_steps_per_s``.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import fields
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from rl_zerosync.envs import BatchedTradingEnv, EnvParams, TradingGymEnv, make_market  # noqa: E402
+
+ACTION_BANK = 8  # distinct pre-drawn action rows, cycled
+
+
+def time_cuda(fn: Callable[[], None], *, calls: int, repeats: int, warmup: int = 3) -> float:
+    """Median over ``repeats`` of GPU-timeline seconds per call of ``fn`` (CUDA events)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1e-3 / calls)
+    return statistics.median(samples)
+
+
+def time_host(fn: Callable[[], None], *, calls: int, repeats: int, warmup: int = 3) -> float:
+    """Median over ``repeats`` of wall-clock seconds per call of ``fn``."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        samples.append((time.perf_counter() - t0) / calls)
+    return statistics.median(samples)
+
+
+class Stepper:
+    """Steps a batched env with a cycling bank of random device actions."""
+
+    def __init__(self, env: BatchedTradingEnv, seed: int) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.env = env
+        self.bank = torch.randint(0, 45, (ACTION_BANK, env.num_envs), generator=g).to(env.device)
+        self.i = 0
+
+    def __call__(self) -> None:
+        self.env.step(self.bank[self.i % ACTION_BANK])
+        self.i += 1
+
+
+def graph_step_seconds(env: BatchedTradingEnv, stepper: Stepper, *, steps: int, repeats: int) -> float:
+    """Seconds per env step when ``steps`` steps are captured in one CUDA graph and replayed."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            stepper()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    state0 = env.state
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(steps):
+            stepper()
+        final = env.state
+        for f in fields(state0):  # carry the state so each replay continues the last one
+            first, last = getattr(state0, f.name), getattr(final, f.name)
+            if first is not last:
+                first.copy_(last)
+    env.state = state0
+    seconds = time_cuda(graph.replay, calls=3, repeats=repeats) / steps
+    del graph
+    return seconds
+
+
+def twin_steps_per_s(market, params: EnvParams, steps: int) -> float:
+    """Steps/s of the gymnasium twin (resets included) on the CPU."""
+    env = TradingGymEnv(data=market, env=params)
+    env.reset(seed=0)
+    actions = np.random.default_rng(0).integers(0, 45, size=steps)
+    for a in actions[:50]:  # warm-up
+        if any(env.step(int(a))[2:4]):
+            env.reset()
+    samples = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for a in actions:
+            _, _, term, trunc, _ = env.step(int(a))
+            if term or trunc:
+                env.reset()
+        samples.append(steps / (time.perf_counter() - t0))
+    return statistics.median(samples)
+
+
+def versions() -> dict:
+    import gymnasium
+    import ray
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "torch_cuda": torch.version.cuda,
+            "gymnasium": gymnasium.__version__, "ray": ray.__version__, "numpy": np.__version__}
+
+
+def hardware(device: torch.device) -> dict:
+    hw = {"platform": platform.platform(), "cpu_count": os.cpu_count(), "device": str(device),
+          "torch_threads": torch.get_num_threads()}
+    if device.type == "cuda":
+        hw["gpu"] = torch.cuda.get_device_name(device)
+        hw["gpu_memory_gib"] = round(torch.cuda.get_device_properties(device).total_memory / 2**30, 1)
+    return hw
+
+
+def run(args: argparse.Namespace) -> dict:
+    cuda = not args.quick
+    if cuda and not torch.cuda.is_available():
+        raise SystemExit("no CUDA device: run with --quick for the CPU path")
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    sizes = (1 << 10, 1 << 16, 1 << 20) if cuda else (1 << 10, 1 << 14)
+    data_cfg = {"num_assets": args.assets, "num_bars": args.bars, "seed": 0}
+    params = EnvParams(episode_len=args.episode_len, window=args.window)
+    config = {"quick": args.quick, "sizes": list(sizes), "data": data_cfg, "episode_len": args.episode_len,
+              "window": args.window, "calls": args.calls, "repeats": args.repeats,
+              "graph_steps": args.graph_steps, "twin_steps": args.twin_steps, "fill_mode": params.fill_mode}
+    market = make_market(data_cfg, "train")
+    rows = []
+    for n in sizes:
+        env = BatchedTradingEnv(market, params, num_envs=n, device=device, seed=1)
+        stepper = Stepper(env, seed=n)
+        timer = time_cuda if cuda else time_host
+        sec = timer(stepper, calls=args.calls, repeats=args.repeats)
+        row = {"num_envs": n, "step_us": sec * 1e6, "env_steps_per_s": n / sec, "graph_step_us": None,
+               "graph_env_steps_per_s": None}
+        if cuda:
+            gsec = graph_step_seconds(env, stepper, steps=args.graph_steps, repeats=args.repeats)
+            row.update(graph_step_us=gsec * 1e6, graph_env_steps_per_s=n / gsec)
+        rows.append(row)
+        del env, stepper
+        if cuda:
+            torch.cuda.empty_cache()
+    twin = twin_steps_per_s(market, params, args.twin_steps)
+    summary = {
+        "env_steps_per_s_max": max(r["env_steps_per_s"] for r in rows),
+        "env_steps_per_s_graph_max": max(r["graph_env_steps_per_s"] for r in rows) if cuda else None,
+        "env_steps_per_s_1k": rows[0]["env_steps_per_s"],
+        "twin_steps_per_s": twin,
+    }
+    return {
+        "name": "env",
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "hardware": hardware(device),
+        "versions": versions(),
+        "config": config,
+        "batched": rows,
+        "twin": {"device": "cpu", "steps_per_s": twin},
+        "summary": summary,
+    }
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.3e}" if v >= 1e5 else f"{v:.2f}"
+    return str(v)
+
+
+def print_tables(result: dict) -> None:
+    cols = ("num_envs", "step_us", "env_steps_per_s", "graph_step_us", "graph_env_steps_per_s")
+    print(f"\nbatched env on {result['hardware']['device']} (median of repeats)")
+    print("  ".join(f"{c:>22}" for c in cols))
+    for row in result["batched"]:
+        print("  ".join(f"{_fmt(row[c]):>22}" for c in cols))
+    print(f"\ngymnasium twin (cpu): {result['twin']['steps_per_s']:.0f} steps/s")
+    print("\nsummary:", json.dumps(result["summary"], indent=1))
+
+
+def main(argv: Optional[list[str]] = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="CPU only, small sizes")
+    p.add_argument("--out", default="benchmarks/results/env.json", help="JSON output path")
+    p.add_argument("--assets", type=int, default=16, help="synthetic assets")
+    p.add_argument("--bars", type=int, default=20000, help="synthetic bars per asset")
+    p.add_argument("--episode-len", type=int, default=256)
+    p.add_argument("--window", type=int, default=16)
+    p.add_argument("--calls", type=int, default=50, help="steps per timing sample")
+    p.add_argument("--repeats", type=int, default=5, help="timing samples per measurement (median)")
+    p.add_argument("--graph-steps", type=int, default=32, help="env steps captured in one CUDA graph")
+    p.add_argument("--twin-steps", type=int, default=3000, help="twin steps per timing sample")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.calls, args.repeats = min(args.calls, 10), min(args.repeats, 3)
+        args.bars, args.twin_steps = min(args.bars, 5000), min(args.twin_steps, 500)
+    result = run(args)
+    print_tables(result)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"\nwrote {out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

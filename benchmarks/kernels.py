@@ -1,0 +1,243 @@
+"""Benchmark the rl_zerosync kernels: launch cost eager vs inside a CUDA graph, Q-stats throughput.
+
+How to run:
+    python benchmarks/kernels.py                 # one CUDA GPU, about 30 s
+    python benchmarks/kernels.py --quick         # CPU, torch twins only, a few seconds
+
+Results to expect: graph replay removes the per-launch host cost, so ``graph_us`` is a small
+fraction of ``eager_us``; Q-stats beats its torch twin at 1M rows because it reads Q once (the twin
+makes several passes and allocates temporaries).
+
+A "launch" of qstats is one call (two kernels: per-block partials, then the final reduction).
+
+Writes a JSON file (``--out``, default ``benchmarks/results/kernels.json``) with the date, hardware,
+versions, config, every measurement and a top-level ``summary`` holding
+``qstats_speedup_vs_twin_1M`` and ``graph_launch_us_median`` (null on the CPU path).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from rl_zerosync.kernels import Kernels, get_kernels, qstats_scratch_numel  # noqa: E402
+
+KERNEL_NAMES = ("guard_check", "guard_accumulate", "qstats", "divergence", "epsilon_greedy", "branching_select",
+                "route")
+
+
+def make_launchers(k: Kernels, device: torch.device, *, envs: int, actions: int, q_rows: int) -> dict[str, Callable]:
+    """Bound launchers of every kernel on representative buffers."""
+    f = dict(device=device)
+    g = torch.Generator().manual_seed(0)
+    scalar = lambda v: torch.full((1,), v, **f)  # noqa: E731
+    flags = torch.zeros(3, dtype=torch.int32, device=device)
+    cl, ls, fi = scalar(0.0), scalar(0.0), scalar(0.0)
+    loss, gn = scalar(2.0), scalar(0.5)
+    q = torch.randn(q_rows, actions, generator=g).to(device)
+    qout, scratch = torch.zeros(5, **f), torch.zeros(qstats_scratch_numel(q_rows), **f)
+    qsel = torch.randn(envs, actions, generator=g).to(device)
+    qe, qo, qu = (torch.randn(envs, n, generator=g).to(device) for n in (5, 3, 3))
+    eps, step = scalar(0.1), torch.zeros(1, dtype=torch.int64, device=device)
+    act = lambda: torch.zeros(envs, dtype=torch.int64, device=device)  # noqa: E731
+    pos = lambda: (torch.rand(envs, generator=g) + 0.5).to(device)  # noqa: E731
+    i32 = lambda: torch.zeros(1, dtype=torch.int32, device=device)  # noqa: E731
+    exposure = torch.randint(0, 5, (envs,), generator=g).to(device)
+    return {
+        "guard_check": k.bind_guard_check(loss, gn, scalar(1.0), flags, cl, ls, fi, loss_clip=1e6,
+                                          collapse_threshold=1e-6),
+        "guard_accumulate": k.bind_guard_accumulate(cl, gn, flags, torch.zeros(6, dtype=torch.float64, device=device)),
+        "qstats": k.bind_qstats(q, qout, scratch),
+        "divergence": k.bind_divergence(qout, i32(), i32(), threshold=1e4, patience=3),
+        "epsilon_greedy": k.bind_epsilon_greedy(qsel, eps, step, act(), seed=1),
+        "branching_select": k.bind_branching_select(qe, qo, qu, eps, step, act(), seed=1),
+        "route": k.bind_route(exposure, pos(), pos(), pos(), pos(), act()),
+    }
+
+
+def time_cuda(fn: Callable[[], None], *, calls: int, repeats: int, warmup: int = 3) -> float:
+    """Median over ``repeats`` of the GPU-timeline microseconds per call of ``fn`` (CUDA events)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1e3 / calls)
+    return statistics.median(samples)
+
+
+def time_host(fn: Callable[[], None], *, calls: int, repeats: int, warmup: int = 3) -> float:
+    """Median over ``repeats`` of wall-clock microseconds per call (CPU path)."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        samples.append((time.perf_counter() - t0) * 1e6 / calls)
+    return statistics.median(samples)
+
+
+def graph_per_launch_us(fn: Callable[[], None], *, launches: int, repeats: int) -> float:
+    """Microseconds per launch of ``fn`` replayed inside a CUDA graph of ``launches`` launches."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(launches):
+            fn()
+    return time_cuda(graph.replay, calls=5, repeats=repeats) / launches
+
+
+def versions() -> dict:
+    out = {"python": platform.python_version(), "torch": torch.__version__, "torch_cuda": torch.version.cuda}
+    try:
+        import cupy
+
+        out["cupy"] = cupy.__version__
+        out["cuda_runtime"] = cupy.cuda.runtime.runtimeGetVersion()
+        out["cuda_driver"] = cupy.cuda.runtime.driverGetVersion()
+    except Exception as exc:  # the CPU path runs without CuPy
+        out["cupy"] = f"unavailable ({type(exc).__name__})"
+    return out
+
+
+def hardware(device: torch.device) -> dict:
+    hw = {"platform": platform.platform(), "cpu_count": os.cpu_count(), "device": str(device)}
+    if device.type == "cuda":
+        hw["gpu"] = torch.cuda.get_device_name(device)
+        hw["gpu_memory_gib"] = round(torch.cuda.get_device_properties(device).total_memory / 2**30, 1)
+    return hw
+
+
+def run(args: argparse.Namespace) -> dict:
+    cuda = not args.quick
+    if cuda and not torch.cuda.is_available():
+        raise SystemExit("no CUDA device: run with --quick for the CPU (twin-only) path")
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    sizes = (256, 65536, 1 << 20) if cuda else (256, 65536)
+    config = {"quick": args.quick, "envs": args.envs, "actions": args.actions, "graph_launches": args.graph_launches,
+              "repeats": args.repeats, "eager_calls": args.eager_calls, "qstats_rows": list(sizes),
+              "qstats_actions": args.actions}
+    twin = get_kernels(device, backend="torch")
+    kernels = get_kernels(device, backend="cuda") if cuda else None
+    launch_rows = []
+    twin_l = make_launchers(twin, device, envs=args.envs, actions=args.actions, q_rows=args.envs)
+    if kernels is not None:
+        kernels.warmup()
+        cuda_l = make_launchers(kernels, device, envs=args.envs, actions=args.actions, q_rows=args.envs)
+    for name in KERNEL_NAMES:
+        row: dict[str, Optional[float]] = {"kernel": name}
+        if cuda:
+            row["twin_eager_us"] = time_cuda(twin_l[name], calls=args.eager_calls, repeats=args.repeats)
+            row["eager_us"] = time_cuda(cuda_l[name], calls=args.eager_calls, repeats=args.repeats)
+            row["graph_us"] = graph_per_launch_us(cuda_l[name], launches=args.graph_launches, repeats=args.repeats)
+            row["graph_speedup_vs_eager"] = row["eager_us"] / row["graph_us"]
+        else:
+            row["twin_eager_us"] = time_host(twin_l[name], calls=args.eager_calls, repeats=args.repeats)
+            row["eager_us"] = row["graph_us"] = row["graph_speedup_vs_eager"] = None
+        launch_rows.append(row)
+
+    qstats_rows = []
+    for rows in sizes:
+        q = torch.randn(rows, args.actions, generator=torch.Generator().manual_seed(rows)).to(device)
+        out, scratch = torch.zeros(5, device=device), torch.zeros(qstats_scratch_numel(rows), device=device)
+        calls = 20 if rows >= 65536 else 200
+        timer = time_cuda if cuda else time_host
+        twin_us = timer(twin.bind_qstats(q, out, scratch), calls=calls, repeats=args.repeats)
+        row = {"rows": rows, "actions": args.actions, "twin_us": twin_us, "kernel_us": None,
+               "kernel_gb_per_s": None, "speedup_vs_twin": None}
+        if kernels is not None:
+            kernel_us = time_cuda(kernels.bind_qstats(q, out, scratch), calls=calls, repeats=args.repeats)
+            row.update(kernel_us=kernel_us, kernel_gb_per_s=q.numel() * 4 / kernel_us / 1e3,
+                       speedup_vs_twin=twin_us / kernel_us)
+        qstats_rows.append(row)
+        del q
+
+    by_rows = {r["rows"]: r for r in qstats_rows}
+    summary = {
+        "qstats_speedup_vs_twin_1M": by_rows.get(1 << 20, {}).get("speedup_vs_twin"),
+        "graph_launch_us_median": statistics.median(r["graph_us"] for r in launch_rows) if cuda else None,
+        "eager_launch_us_median": statistics.median(r["eager_us"] for r in launch_rows) if cuda else None,
+        "twin_eager_us_median": statistics.median(r["twin_eager_us"] for r in launch_rows),
+        "qstats_kernel_gb_per_s_1M": by_rows.get(1 << 20, {}).get("kernel_gb_per_s"),
+    }
+    return {
+        "name": "kernels",
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "hardware": hardware(device),
+        "versions": versions(),
+        "config": config,
+        "launch": launch_rows,
+        "qstats": qstats_rows,
+        "summary": summary,
+    }
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.2f}" if isinstance(v, float) else str(v)
+
+
+def print_tables(result: dict) -> None:
+    cols = ("kernel", "twin_eager_us", "eager_us", "graph_us", "graph_speedup_vs_eager")
+    print("\nper-launch cost (us; median of repeats)")
+    print("  ".join(f"{c:>22}" for c in cols))
+    for row in result["launch"]:
+        print("  ".join(f"{_fmt(row[c]):>22}" for c in cols))
+    cols = ("rows", "actions", "twin_us", "kernel_us", "kernel_gb_per_s", "speedup_vs_twin")
+    print("\nqstats (us per call; median of repeats)")
+    print("  ".join(f"{c:>16}" for c in cols))
+    for row in result["qstats"]:
+        print("  ".join(f"{_fmt(row[c]):>16}" for c in cols))
+    print("\nsummary:", json.dumps(result["summary"], indent=1))
+
+
+def main(argv: Optional[list[str]] = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="CPU, torch twins only")
+    p.add_argument("--out", default="benchmarks/results/kernels.json", help="JSON output path")
+    p.add_argument("--envs", type=int, default=4096, help="rows of the selection/routing kernels")
+    p.add_argument("--actions", type=int, default=45, help="Q columns")
+    p.add_argument("--graph-launches", type=int, default=100, help="launches captured in one graph")
+    p.add_argument("--eager-calls", type=int, default=200, help="calls per eager timing sample")
+    p.add_argument("--repeats", type=int, default=7, help="timing samples per measurement (median)")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.eager_calls = min(args.eager_calls, 50)
+        args.repeats = min(args.repeats, 3)
+    result = run(args)
+    print_tables(result)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"\nwrote {out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

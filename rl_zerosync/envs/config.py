@@ -1,0 +1,84 @@
+"""``make_market(data_cfg, split)``: ``env_config["data"]`` -> :class:`MarketData` of one time segment.
+
+Keys of ``data_cfg`` (all optional except where noted):
+
+* ``source``: ``"synthetic"`` (default), ``"csv"`` or ``"parquet"``.
+* synthetic: ``num_assets`` (4), ``num_bars`` (20000), ``seed`` (0), ``synthetic`` (dict of model
+  keywords of :func:`~rl_zerosync.envs.synthetic.synthetic_series`).
+* files: ``paths`` (required; a path or a list), ``columns`` (mapping ``timestamp|open|high|low|close|
+  bid|ask`` -> column name), ``asset_column``, ``names``, ``spread_source``, ``spread_bps``,
+  ``cs_window``, ``min_spread_bps``, ``timestamp_format``, ``dayfirst`` (see
+  :func:`~rl_zerosync.envs.loaders.load_market`).
+* ``split``: fractions ``{"train": 0.7, "validation": 0.15, "test": 0.15}`` (or a 3-list).
+* ``features``: :class:`~rl_zerosync.envs.market.FeatureConfig` keywords.
+* ``periods_per_year`` (252), ``device`` ("cpu").
+
+``split`` argument: ``"train"``, ``"validation"``, ``"test"`` or ``"all"`` (the whole series).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from rl_zerosync.envs.market import SPLITS, FeatureConfig, MarketData, check_fractions
+
+SOURCES = ("synthetic", "csv", "parquet")
+_COMMON = ("source", "split", "features", "periods_per_year", "device")
+_SYNTHETIC = ("num_assets", "num_bars", "seed", "synthetic")
+_FILES = ("paths", "columns", "asset_column", "names", "spread_source", "spread_bps", "cs_window",
+          "min_spread_bps", "timestamp_format", "dayfirst")
+DEFAULT_SPLIT = {"train": 0.7, "validation": 0.15, "test": 0.15}
+
+
+def split_fractions(value: Any) -> tuple[float, float, float]:
+    """(train, validation, test) from a dict with exactly those keys or a 3-sequence."""
+    if isinstance(value, Mapping):
+        keys = set(value)
+        if keys != set(SPLITS):
+            raise ValueError(f"data.split: expected keys {list(SPLITS)}, got {sorted(keys)}")
+        value = [value[k] for k in SPLITS]
+    try:
+        return check_fractions(value)
+    except TypeError as exc:
+        raise ValueError(f"data.split: expected three fractions, got {value!r}") from exc
+
+
+def make_market(data_cfg: Mapping[str, Any] | None, split: str = "train") -> MarketData:
+    """Build the market of ``data_cfg`` and return segment ``split`` (see the module doc)."""
+    cfg = dict(data_cfg or {})
+    source = cfg.get("source", "synthetic")
+    if source not in SOURCES:
+        raise ValueError(f"data.source: expected one of {SOURCES}, got {source!r}")
+    allowed = _COMMON + (_SYNTHETIC if source == "synthetic" else _FILES)
+    unknown = sorted(set(cfg) - set(allowed))
+    if unknown:
+        raise ValueError(f"data: unknown key(s) {unknown} for source {source!r}; allowed keys are {list(allowed)}")
+    if split not in SPLITS + ("all",):
+        raise ValueError(f"split: expected one of {SPLITS + ('all',)}, got {split!r}")
+    fractions = split_fractions(cfg.get("split", DEFAULT_SPLIT))
+    features = FeatureConfig.from_dict(cfg.get("features"))
+    ppy = cfg.get("periods_per_year", 252.0)
+    if isinstance(ppy, bool) or not isinstance(ppy, (int, float)):
+        raise ValueError(f"data.periods_per_year: expected a number > 0, got {ppy!r}")
+    device = cfg.get("device", "cpu")
+    if source == "synthetic":
+        from rl_zerosync.envs.synthetic import synthetic_market
+
+        model = cfg.get("synthetic") or {}
+        if not isinstance(model, Mapping):
+            raise ValueError(f"data.synthetic: expected a mapping of model keywords, got {model!r}")
+        try:
+            market = synthetic_market(
+                cfg.get("num_assets", 4), cfg.get("num_bars", 20000), cfg.get("seed", 0),
+                features=features, periods_per_year=float(ppy), device=device, **dict(model),
+            )
+        except TypeError as exc:  # unknown model keyword
+            raise ValueError(f"data.synthetic: {exc}") from exc
+    else:
+        from rl_zerosync.envs.loaders import load_market
+
+        if "paths" not in cfg:
+            raise ValueError(f"data.paths: required for source {source!r}")
+        kwargs = {k: cfg[k] for k in _FILES if k in cfg and k != "paths"}
+        market = load_market(cfg["paths"], fmt=source, features=features, periods_per_year=float(ppy),
+                             device=device, **kwargs)
+    return market if split == "all" else market.split(split, fractions)

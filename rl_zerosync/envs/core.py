@@ -1,0 +1,315 @@
+"""The batched trading env as pure functions of (data, params, state, actions).
+
+Timing of one step of env ``i`` at bar ``t = start + j`` (``j`` = steps done in the episode):
+
+1. The agent has seen the observation of bar ``t`` (features of bars ``<= t`` only).
+2. The action (factored index) sets the target position ``levels[e]``; the order executes at the
+   close of bar ``t`` with fill fraction ``f[o, u]`` (expected mode) or all-or-nothing with
+   probability ``f[o, u]`` (stochastic mode, uniform ``u24(seed, counter, STREAM_FILL, env_id)``):
+   ``q = fill * (target - pos)``, ``pos' = pos + q``.
+3. ``cost = |q| * (fee + spread_frac[o, u] * spread_t + impact[o, u] * vol_t * |q|)``;
+   ``pnl = pos' * ret[t+1]`` (simple return from the close of ``t`` to the close of ``t+1``);
+   ``risk = risk_penalty * pos'**2 * vol_t**2``; ``reward = reward_scale * (pnl - cost - risk)``.
+4. Equity ``E' = max(E * (1 + pnl - cost), 0)``. The env moves to bar ``t+1``; the episode is
+   truncated after ``episode_len`` steps and terminated when equity is 0 or the drawdown reaches
+   ``stop_drawdown`` (when > 0). Ended envs are reset on the device (``torch.where``) to a new asset
+   and start bar drawn from the counter-based RNG (:func:`reset_state`: one word
+   ``bits(seed, counter, STREAM_RESET, env_id)`` and a hash of it), position 0, equity 1.
+
+Positions are fractions of equity, held at constant weight over the bar. The observation of bar
+``t`` is ``[ret_norm[t-K+1..t], pos, obs_spread[t], obs_vol[t], j / episode_len]``.
+None of these functions reads a device value on the host.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from rl_zerosync.actions import NUM_ACTIONS, decode_t
+from rl_zerosync.envs.episode_stats import (
+    COMPLETED_INDEX, EP_FIELDS, EP_INDEX, METRICS_SIZE, NUM_COMPLETED,
+)
+from rl_zerosync.envs.market import MarketData
+from rl_zerosync.envs.params import EnvParams
+from rl_zerosync.kernels.rng import GOLDEN, MASK32, STREAM_USER_BASE, hash32, random_bits, uniform24
+
+STREAM_RESET = STREAM_USER_BASE + 0
+STREAM_FILL = STREAM_USER_BASE + 2
+
+
+@dataclass(frozen=True, eq=False)
+class EnvTables:
+    """``EnvParams`` compiled to device tensors for one ``MarketData`` (built once, host reads here)."""
+
+    params: EnvParams
+    levels: torch.Tensor       # f32[5]
+    fill: torch.Tensor         # f32[9], index order_type * 3 + urgency
+    spread_frac: torch.Tensor  # f32[9]
+    impact: torch.Tensor       # f32[9]
+    start_lo: torch.Tensor     # i64[A] first allowed start bar
+    start_span: torch.Tensor   # i64[A] number of allowed start bars
+    win_offsets: torch.Tensor  # i64[K] = -K+1 .. 0
+    order_ids: torch.Tensor    # i64[3] = 0, 1, 2
+    num_bars: int
+    num_assets: int
+    periods_per_year: float
+
+
+def make_tables(data: MarketData, params: EnvParams) -> EnvTables:
+    """Compile ``params`` for ``data`` on its device; ValueError naming an asset too short for episodes."""
+    dev = data.device
+    lengths = data.length.cpu().tolist()  # host read: construction-time validation
+    starts = data.valid_start.cpu().tolist()  # host read: construction-time validation
+    lo, span = [], []
+    for a, (n, vs) in enumerate(zip(lengths, starts)):
+        first = max(vs, params.window)
+        last = n - 1 - params.episode_len
+        if last < first:
+            raise ValueError(
+                f"env: asset {data.asset_names[a]!r} (segment {data.segment!r}) has {n} bars with the first "
+                f"tradable bar at {first}; an episode of episode_len={params.episode_len} needs at least "
+                f"{first + params.episode_len + 1} bars: lower EnvParams.episode_len or use more data"
+            )
+        lo.append(first)
+        span.append(last - first + 1)
+
+    def flat(table) -> torch.Tensor:
+        return torch.tensor([v for row in table for v in row], dtype=torch.float32, device=dev)
+
+    return EnvTables(
+        params=params,
+        levels=torch.tensor(params.exposure_levels, dtype=torch.float32, device=dev),
+        fill=flat(params.fill_prob),
+        spread_frac=flat(params.spread_frac),
+        impact=flat(params.impact),
+        start_lo=torch.tensor(lo, dtype=torch.int64, device=dev),
+        start_span=torch.tensor(span, dtype=torch.int64, device=dev),
+        win_offsets=torch.arange(-params.window + 1, 1, dtype=torch.int64, device=dev),
+        order_ids=torch.arange(3, dtype=torch.int64, device=dev),
+        num_bars=data.num_bars,
+        num_assets=data.num_assets,
+        periods_per_year=data.periods_per_year,
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class EnvState:
+    """Device state of N envs (all tensors on the data's device)."""
+
+    env_id: torch.Tensor   # i64[N] RNG index of each env
+    asset: torch.Tensor    # i64[N]
+    t: torch.Tensor        # i64[N] current bar
+    step: torch.Tensor     # i64[N] steps done in the episode
+    pos: torch.Tensor      # f32[N] position (fraction of equity)
+    equity: torch.Tensor   # f32[N] episode equity, starts at 1
+    peak: torch.Tensor     # f32[N] running max of equity
+    max_dd: torch.Tensor   # f32[N] running max drawdown
+    ep: torch.Tensor       # f32[N, len(EP_FIELDS)] running episode sums
+    acc: torch.Tensor      # f64[METRICS_SIZE] completed-episode sums + action counts
+    counter: torch.Tensor  # i64[1] env steps taken by the batch (RNG step counter)
+
+
+@dataclass(frozen=True, eq=False)
+class StepInfo:
+    """Per-env components of one transition (before auto-reset)."""
+
+    trade: torch.Tensor
+    cost: torch.Tensor
+    pnl: torch.Tensor
+    net: torch.Tensor
+    reward: torch.Tensor
+    terminated: torch.Tensor
+    truncated: torch.Tensor
+    order_type: torch.Tensor
+
+
+def as_tables(data: MarketData, params: EnvParams | EnvTables) -> EnvTables:
+    """``params`` compiled for ``data`` (pass ``EnvTables`` on hot paths: building them reads the host)."""
+    return params if isinstance(params, EnvTables) else make_tables(data, params)
+
+
+def init_state(data: MarketData, params: EnvParams | EnvTables, env_ids: torch.Tensor) -> EnvState:
+    """Fresh state for envs ``env_ids`` (i64[N]), all reset with RNG step 0."""
+    tables = as_tables(data, params)
+    dev = data.device
+    env_ids = env_ids.to(device=dev, dtype=torch.int64)
+    n = env_ids.shape[0]
+    zi = torch.zeros(n, dtype=torch.int64, device=dev)
+    zf = torch.zeros(n, dtype=torch.float32, device=dev)
+    blank = EnvState(
+        env_id=env_ids, asset=zi, t=zi, step=zi, pos=zf, equity=zf + 1.0, peak=zf + 1.0, max_dd=zf,
+        ep=torch.zeros(n, len(EP_FIELDS), dtype=torch.float32, device=dev),
+        acc=torch.zeros(METRICS_SIZE, dtype=torch.float64, device=dev),
+        counter=torch.zeros(1, dtype=torch.int64, device=dev),
+    )
+    return reset_state(data, tables, torch.ones(n, dtype=torch.bool, device=dev), blank, blank.counter)
+
+
+def reset_state(
+    data: MarketData,
+    params: EnvParams | EnvTables,
+    env_ids_mask: torch.Tensor,
+    state: EnvState,
+    key: torch.Tensor | int,
+) -> EnvState:
+    """Reset the envs where ``env_ids_mask`` (bool[N]) is set; ``key`` is the RNG step (i64[1] or int).
+
+    With ``w = random_bits(seed, key, STREAM_RESET, env_id)`` and ``w' = hash32(w ^ GOLDEN)``, the
+    new asset is ``((w >> 8) * A) >> 24`` and the start bar ``start_lo[a] + ((w' >> 8) * start_span[a]) >> 24``.
+    """
+    tables = as_tables(data, params)
+    m = env_ids_mask
+    word = random_bits(tables.params.seed, key, STREAM_RESET, state.env_id)
+    asset = ((word >> 8) * tables.num_assets) >> 24
+    word2 = hash32(word ^ GOLDEN) & MASK32
+    start = tables.start_lo[asset] + (((word2 >> 8) * tables.start_span[asset]) >> 24)
+    zero = torch.zeros_like(state.pos)
+    one = torch.ones_like(state.pos)
+    return replace(
+        state,
+        asset=torch.where(m, asset, state.asset),
+        t=torch.where(m, start, state.t),
+        step=torch.where(m, torch.zeros_like(state.step), state.step),
+        pos=torch.where(m, zero, state.pos),
+        equity=torch.where(m, one, state.equity),
+        peak=torch.where(m, one, state.peak),
+        max_dd=torch.where(m, zero, state.max_dd),
+        ep=torch.where(m[:, None], torch.zeros_like(state.ep), state.ep),
+    )
+
+
+def observe(data: MarketData, params: EnvParams | EnvTables, state: EnvState) -> torch.Tensor:
+    """Observation f32[N, K + 4] of each env's current bar (see the module doc)."""
+    tables = as_tables(data, params)
+    idx = state.asset * tables.num_bars + state.t
+    rn = data.ret_norm.reshape(-1)[idx[:, None] + tables.win_offsets]
+    extra = torch.stack(
+        (
+            state.pos,
+            data.obs_spread.reshape(-1)[idx],
+            data.obs_vol.reshape(-1)[idx],
+            state.step.to(torch.float32) / float(tables.params.episode_len),
+        ),
+        dim=1,
+    )
+    return torch.cat((rn, extra), dim=1)
+
+
+def route_inputs(data: MarketData, state: EnvState) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(spread, median_spread, vol, median_vol) f32[N] at each env's current bar."""
+    idx = state.asset * data.num_bars + state.t
+    return (
+        data.spread.reshape(-1)[idx], data.median_spread.reshape(-1)[idx],
+        data.vol.reshape(-1)[idx], data.median_vol.reshape(-1)[idx],
+    )
+
+
+def transition(
+    data: MarketData, params: EnvParams | EnvTables, state: EnvState, actions: torch.Tensor
+) -> tuple[EnvState, StepInfo]:
+    """Apply ``actions`` (i64[N], factored 0..44) without auto-reset; see the module doc."""
+    tables = as_tables(data, params)
+    p = tables.params
+    counter = state.counter + 1
+    e, o, u = decode_t(actions)
+    ou = o * 3 + u
+    idx = state.asset * tables.num_bars + state.t
+    fill = tables.fill[ou]
+    if p.fill_mode == "stochastic":
+        fill = (uniform24(p.seed, counter, STREAM_FILL, state.env_id) < fill).to(torch.float32)
+    trade = fill * (tables.levels[e] - state.pos)
+    pos = state.pos + trade
+    spread_t = data.spread.reshape(-1)[idx]
+    vol_t = data.vol.reshape(-1)[idx]
+    size = trade.abs()
+    cost = size * (p.fee + tables.spread_frac[ou] * spread_t + tables.impact[ou] * vol_t * size)
+    pnl = pos * data.ret.reshape(-1)[idx + 1]
+    net = pnl - cost
+    risk = p.risk_penalty * (pos * vol_t).square()
+    reward = p.reward_scale * (net - risk)
+    equity = (state.equity * (1.0 + net)).clamp_min(0.0)
+    peak = torch.maximum(state.peak, equity)
+    dd = 1.0 - equity / peak
+    max_dd = torch.maximum(state.max_dd, dd)
+    step = state.step + 1
+    terminated = equity <= 0.0
+    if p.stop_drawdown > 0.0:
+        terminated = terminated | (dd >= p.stop_drawdown)
+    truncated = (step >= p.episode_len) & ~terminated
+    onehot_o = (o[:, None] == tables.order_ids).to(torch.float32)
+    ep = state.ep + torch.cat(
+        (
+            torch.stack((reward, pnl), dim=1),
+            cost[:, None] * onehot_o,
+            torch.stack((size, net, net.square()), dim=1),
+        ),
+        dim=1,
+    )
+    done = terminated | truncated
+    acc = _accumulate(tables, state.acc, done, step, equity, max_dd, ep, actions)
+    new = replace(
+        state, t=state.t + 1, step=step, pos=pos, equity=equity, peak=peak, max_dd=max_dd, ep=ep,
+        acc=acc, counter=counter,
+    )
+    info = StepInfo(trade=trade, cost=cost, pnl=pnl, net=net, reward=reward, terminated=terminated,
+                    truncated=truncated, order_type=o)
+    return new, info
+
+
+def _accumulate(
+    tables: EnvTables, acc: torch.Tensor, done: torch.Tensor, step: torch.Tensor, equity: torch.Tensor,
+    max_dd: torch.Tensor, ep: torch.Tensor, actions: torch.Tensor,
+) -> torch.Tensor:
+    """Add the ended episodes' totals and this step's action counts to the f64 accumulator."""
+    length = step.to(torch.float64)
+    ep64 = ep.to(torch.float64)
+    mean = ep64[:, EP_INDEX["net_sum"]] / length
+    var = (ep64[:, EP_INDEX["net_sumsq"]] / length - mean.square()).clamp_min(0.0)
+    std = var.sqrt()
+    sharpe = torch.where(std > 1e-12, mean / std.clamp_min(1e-12), torch.zeros_like(std))
+    sharpe = sharpe * (tables.periods_per_year ** 0.5)
+    cols = [None] * (NUM_COMPLETED - 1)  # every field but env_steps
+    ci = COMPLETED_INDEX
+    cols[ci["episodes"]] = torch.ones_like(length)
+    cols[ci["length_sum"]] = length
+    cols[ci["return_sum"]] = equity.to(torch.float64) - 1.0
+    cols[ci["reward_sum"]] = ep64[:, EP_INDEX["reward"]]
+    cols[ci["pnl_sum"]] = ep64[:, EP_INDEX["pnl"]]
+    cols[ci["cost_market_sum"]] = ep64[:, EP_INDEX["cost_market"]]
+    cols[ci["cost_limit_sum"]] = ep64[:, EP_INDEX["cost_limit"]]
+    cols[ci["cost_passive_sum"]] = ep64[:, EP_INDEX["cost_passive"]]
+    cols[ci["turnover_sum"]] = ep64[:, EP_INDEX["turnover"]]
+    cols[ci["max_drawdown_sum"]] = max_dd.to(torch.float64)
+    cols[ci["sharpe_sum"]] = sharpe
+    vals = torch.stack(cols, dim=1) * done.to(torch.float64)[:, None]
+    completed = torch.cat((vals.sum(dim=0), torch.full((1,), float(done.shape[0]), dtype=torch.float64, device=acc.device)))
+    counts = torch.zeros(NUM_ACTIONS, dtype=torch.float64, device=acc.device).index_add_(
+        0, actions, torch.ones_like(actions, dtype=torch.float64)
+    )
+    return acc + torch.cat((completed, counts))
+
+
+def step_with_info(
+    data: MarketData, params: EnvParams | EnvTables, state: EnvState, actions: torch.Tensor
+) -> tuple[EnvState, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, EnvState, StepInfo]:
+    """:func:`env_step` plus the pre-reset state and the :class:`StepInfo` of the transition."""
+    tables = as_tables(data, params)
+    moved, info = transition(data, tables, state, actions)
+    final_obs = observe(data, tables, moved)
+    done = info.terminated | info.truncated
+    new = reset_state(data, tables, done, moved, moved.counter)
+    obs = torch.where(done[:, None], observe(data, tables, new), final_obs)
+    return new, obs, info.reward, info.terminated, info.truncated, final_obs, moved, info
+
+
+def env_step(
+    data: MarketData, params: EnvParams | EnvTables, state: EnvState, actions: torch.Tensor
+) -> tuple[EnvState, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One step with auto-reset: ``(state, obs_next, reward, terminated, truncated, final_obs)``.
+
+    ``obs_next`` is post-reset (first observation of the new episode where one ended);
+    ``final_obs`` is every env's pre-reset next observation (equal to ``obs_next`` where nothing
+    ended), i.e. the ``next_obs`` of the transition.
+    """
+    return step_with_info(data, params, state, actions)[:6]

@@ -1,0 +1,150 @@
+"""``TradingGymEnv``: the batched env's step function with N = 1 on the CPU, as a gymnasium.Env.
+
+Registered as ``"rl_zerosync/Trading-v0"`` when :mod:`rl_zerosync.envs` is imported, so stock RLlib
+can use it by name: ``config.environment("rl_zerosync/Trading-v0", env_config={"data": {...},
+"env": {...}})`` (in processes that may not have imported :mod:`rl_zerosync.envs`, such as remote
+env runners, use :data:`ENV_ID_IMPORTABLE`). RLlib builds string envs with ``gymnasium.make_vec(name, **env_config)``, so the
+top-level keys of ``env_config`` arrive as keyword arguments; a single ``env_config`` mapping works
+too. Keys: ``data`` (``make_market`` config, or a ``MarketData``), ``env`` (``EnvParams`` fields),
+``runner`` (ignored), ``split`` ("train"), ``action_mode`` ("flat" -> Discrete(45) factored actions,
+"routed" -> Discrete(5) exposures routed with the routing rule), ``routing`` (``wide``,
+``high_vol``, ``low_vol`` thresholds), ``env_id`` (RNG index of this env).
+
+Seeding: ``reset(seed=s)`` restarts the RNG step counter with seed ``s`` and ``env_id`` (0 when not
+given), so a twin with ``env_id=i`` and seed ``s`` reproduces env ``i`` of a
+``BatchedTradingEnv(..., seed=s)`` step for step. Without any seed the first reset uses
+``EnvParams.seed`` and, when ``env_id`` is not given, a random ``env_id`` (so unseeded copies in a
+vector env differ).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Mapping
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from rl_zerosync.actions import NUM_ACTIONS, NUM_EXPOSURES
+from rl_zerosync.envs.core import EnvState, init_state, make_tables, observe, reset_state, route_inputs, step_with_info
+from rl_zerosync.envs.market import MarketData
+from rl_zerosync.envs.params import EnvParams
+
+ENV_ID = "rl_zerosync/Trading-v0"
+ENV_ID_IMPORTABLE = "rl_zerosync.envs:" + ENV_ID
+"""The id with gymnasium's ``module:`` prefix: works in processes that never imported the package
+(e.g. remote RLlib env runners)."""
+ACTION_MODES = ("flat", "routed")
+_KEYS = ("data", "env", "runner", "split", "action_mode", "routing", "env_id")
+_ROUTING_KEYS = ("wide", "high_vol", "low_vol")
+
+
+class TradingGymEnv(gym.Env):
+    """Single trading env (see the module doc for the configuration keys)."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, env_config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        super().__init__()
+        cfg = dict(env_config or {})
+        cfg.update(kwargs)
+        unknown = sorted(set(cfg) - set(_KEYS))
+        if unknown:
+            raise ValueError(f"TradingGymEnv env_config: unknown key(s) {unknown}; allowed keys are {list(_KEYS)}")
+        data = cfg.get("data")
+        if isinstance(data, MarketData):
+            self.data = data.to("cpu")
+        else:
+            from rl_zerosync.envs.config import make_market
+
+            self.data = make_market(data, split=cfg.get("split", "train")).to("cpu")
+        env_cfg = cfg.get("env")
+        self.params = env_cfg if isinstance(env_cfg, EnvParams) else EnvParams.from_dict(env_cfg)
+        self.action_mode = cfg.get("action_mode", "flat")
+        if self.action_mode not in ACTION_MODES:
+            raise ValueError(f"TradingGymEnv action_mode: expected one of {ACTION_MODES}, got {self.action_mode!r}")
+        routing = dict(cfg.get("routing") or {})
+        bad = sorted(set(routing) - set(_ROUTING_KEYS))
+        if bad:
+            raise ValueError(f"TradingGymEnv routing: unknown key(s) {bad}; allowed keys are {list(_ROUTING_KEYS)}")
+        self.routing = {k: float(v) for k, v in routing.items()}
+        env_id = cfg.get("env_id")
+        if env_id is not None and (isinstance(env_id, bool) or not isinstance(env_id, int) or not 0 <= env_id < 2**32):
+            raise ValueError(f"TradingGymEnv env_id: expected an int in [0, 2**32), got {env_id!r}")
+        self._fixed_env_id = env_id
+        self.tables = make_tables(self.data, self.params)
+        d = self.params.observation_dim
+        k = self.params.window
+        feats = self.data.features
+        low = np.full(d, -feats.ratio_clip, dtype=np.float32)
+        high = np.full(d, feats.ratio_clip, dtype=np.float32)
+        low[:k], high[:k] = -feats.ret_clip, feats.ret_clip
+        low[k], high[k] = min(self.params.exposure_levels + (0.0,)), max(self.params.exposure_levels + (0.0,))
+        low[k + 3], high[k + 3] = 0.0, 1.0
+        self.observation_space = gym.spaces.Box(low=low, high=high, dtype=np.float32)
+        n_actions = NUM_ACTIONS if self.action_mode == "flat" else NUM_EXPOSURES
+        self.action_space = gym.spaces.Discrete(n_actions)
+        self._route = None
+        self._state: EnvState | None = None
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        if seed is not None or self._state is None:
+            if seed is not None:
+                self.tables = replace(self.tables, params=replace(self.params, seed=int(seed)))
+            env_id = self._fixed_env_id
+            if env_id is None:
+                env_id = 0 if seed is not None else int(self.np_random.integers(0, 2**24))
+            self._state = init_state(self.data, self.tables, torch.tensor([env_id], dtype=torch.int64))
+        else:
+            self._state = reset_state(self.data, self.tables, torch.ones(1, dtype=torch.bool), self._state,
+                                      self._state.counter)
+        obs = observe(self.data, self.tables, self._state)
+        return obs[0].numpy(), self._info(self._state)
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        if self._state is None:
+            raise ValueError("TradingGymEnv.step called before reset()")
+        if not self.action_space.contains(action) and not (
+            isinstance(action, (int, np.integer)) and 0 <= int(action) < self.action_space.n
+        ):
+            raise ValueError(f"TradingGymEnv.step: expected an action in 0..{self.action_space.n - 1}, got {action!r}")
+        actions = torch.tensor([int(action)], dtype=torch.int64)
+        if self.action_mode == "routed":
+            actions = self._route_exposure(actions)
+        self._state, _obs, reward, terminated, truncated, final_obs, moved, step_info = step_with_info(
+            self.data, self.tables, self._state, actions
+        )
+        info = self._info(moved)
+        info.update(
+            action=int(actions[0]), trade=float(step_info.trade[0]), cost=float(step_info.cost[0]),
+            pnl=float(step_info.pnl[0]),
+        )
+        return final_obs[0].numpy(), float(reward[0]), bool(terminated[0]), bool(truncated[0]), info
+
+    def _route_exposure(self, exposure: torch.Tensor) -> torch.Tensor:
+        if self._route is None:
+            from rl_zerosync.kernels import get_kernels
+
+            self._route = get_kernels("cpu").route
+        out = torch.empty(1, dtype=torch.int64)
+        self._route(exposure, *route_inputs(self.data, self._state), out, **self.routing)
+        return out
+
+    def _info(self, state: EnvState) -> dict[str, Any]:
+        return {
+            "position": float(state.pos[0]), "equity": float(state.equity[0]),
+            "asset": int(state.asset[0]), "bar": int(state.t[0]),
+        }
+
+    def metrics_vector(self) -> torch.Tensor:
+        """Completed-episode accumulators of this env (same layout as the batched env)."""
+        if self._state is None:
+            raise ValueError("TradingGymEnv.metrics_vector called before reset()")
+        return self._state.acc
+
+
+def register() -> None:
+    """Register :data:`ENV_ID` with gymnasium (idempotent)."""
+    if ENV_ID not in gym.registry:
+        gym.register(id=ENV_ID, entry_point="rl_zerosync.envs.gym_twin:TradingGymEnv")

@@ -1,0 +1,249 @@
+"""Load OHLCV market data from CSV or Parquet files into :class:`MarketData`.
+
+One file per asset, or one file with an asset column. Columns are found by name (case-insensitive:
+``timestamp|date|datetime|time``, ``open``, ``high``, ``low``, ``close``, ``bid``, ``ask``) or by an
+explicit mapping ``columns={"close": "Adj Close", ...}``. Only ``close`` is required.
+
+Relative spread per bar, by ``spread_source``:
+
+* ``"bid_ask"``: ``(ask - bid) / ((ask + bid) / 2)``;
+* ``"corwin_schultz"`` (needs high/low): the Corwin & Schultz (2012) estimator on bars ``(t-1, t)``,
+  ``beta = ln(H_{t-1}/L_{t-1})^2 + ln(H_t/L_t)^2``, ``gamma = ln(max(H_{t-1}, H_t) / min(L_{t-1}, L_t))^2``,
+  ``alpha = (sqrt(2 beta) - sqrt(beta)) / (3 - 2 sqrt 2) - sqrt(gamma / (3 - 2 sqrt 2))``,
+  ``S = 2 (e^alpha - 1) / (1 + e^alpha)``; negative estimates are set to 0 (as in the paper), then a
+  trailing mean over ``cs_window`` bars, floored at ``min_spread_bps`` (bar 0 takes the floor);
+* ``"fixed"``: ``spread_bps * 1e-4`` on every bar;
+* ``"auto"``: bid/ask if both columns exist, else Corwin-Schultz if high/low exist, else fixed if
+  ``spread_bps`` is set, else ValueError.
+
+Bad data raises ValueError naming the file, the column and the row (0-based data row; the CSV line
+is row + 2): missing columns, non-numeric / non-finite / non-positive prices, high < low, bid > ask,
+unparseable, duplicate or decreasing timestamps, fewer rows than ``features.warmup + 2``.
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from rl_zerosync.envs.market import FeatureConfig, MarketData, build_market
+
+COLUMN_KEYS = ("timestamp", "open", "high", "low", "close", "bid", "ask")
+_AUTO_NAMES = {"timestamp": ("timestamp", "date", "datetime", "time")}
+SPREAD_SOURCES = ("auto", "bid_ask", "corwin_schultz", "fixed")
+FORMATS = ("csv", "parquet")
+_PRICE_KEYS = ("open", "high", "low", "close", "bid", "ask")
+
+
+def load_market(
+    paths: str | Sequence[str],
+    *,
+    fmt: str | None = None,
+    columns: Mapping[str, str] | None = None,
+    asset_column: str | None = None,
+    names: Sequence[str] | None = None,
+    spread_source: str = "auto",
+    spread_bps: float | None = None,
+    cs_window: int = 5,
+    min_spread_bps: float = 0.1,
+    timestamp_format: str | None = None,
+    dayfirst: bool = False,
+    features: FeatureConfig | None = None,
+    periods_per_year: float = 252.0,
+    device: str = "cpu",
+) -> MarketData:
+    """Read ``paths`` (one or more files), validate them and build ``MarketData`` (see module doc)."""
+    features = features or FeatureConfig()
+    paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    if not paths:
+        raise ValueError("data.paths: expected at least one file, got none")
+    if spread_source not in SPREAD_SOURCES:
+        raise ValueError(f"data.spread_source: expected one of {SPREAD_SOURCES}, got {spread_source!r}")
+    if spread_bps is not None and (not isinstance(spread_bps, (int, float)) or not math.isfinite(spread_bps) or spread_bps < 0):
+        raise ValueError(f"data.spread_bps: expected a finite number >= 0, got {spread_bps!r}")
+    if isinstance(cs_window, bool) or not isinstance(cs_window, int) or cs_window < 1:
+        raise ValueError(f"data.cs_window: expected an int >= 1, got {cs_window!r}")
+    if not isinstance(min_spread_bps, (int, float)) or not math.isfinite(min_spread_bps) or min_spread_bps < 0:
+        raise ValueError(f"data.min_spread_bps: expected a finite number >= 0, got {min_spread_bps!r}")
+    unknown = sorted(set(columns or {}) - set(COLUMN_KEYS))
+    if unknown:
+        raise ValueError(f"data.columns: unknown key(s) {unknown}; allowed keys are {list(COLUMN_KEYS)}")
+    closes, spreads, stamps, asset_names = [], [], [], []
+    for path in paths:
+        frame = _read(str(path), fmt)
+        for asset, part in _assets(str(path), frame, asset_column):
+            where = f"file {path}" + (f", asset {asset!r}" if asset_column else "")
+            cols = _resolve_columns(where, part, columns or {})
+            close, spread, ts = _clean(where, part, cols, features, spread_source, spread_bps, cs_window,
+                                       min_spread_bps, timestamp_format, dayfirst)
+            closes.append(close)
+            spreads.append(spread)
+            stamps.append(ts)
+            asset_names.append(str(asset) if asset_column else os.path.splitext(os.path.basename(str(path)))[0])
+    if names is not None:
+        if len(names) != len(closes):
+            raise ValueError(f"data.names: expected {len(closes)} names (one per asset), got {len(names)}")
+        asset_names = [str(n) for n in names]
+    has_ts = all(t is not None for t in stamps)
+    return build_market(closes, spreads, names=asset_names, features=features,
+                        timestamps=stamps if has_ts else None, periods_per_year=periods_per_year, device=device)
+
+
+def corwin_schultz(high: np.ndarray, low: np.ndarray) -> np.ndarray:
+    """Raw Corwin-Schultz spread of bars ``(t-1, t)`` assigned to ``t`` (NaN at ``t = 0``, >= 0)."""
+    high = np.asarray(high, dtype=np.float64)
+    low = np.asarray(low, dtype=np.float64)
+    out = np.full(high.shape, np.nan)
+    if len(high) < 2:
+        return out
+    hl = np.log(high / low) ** 2
+    beta = hl[:-1] + hl[1:]
+    gamma = np.log(np.maximum(high[:-1], high[1:]) / np.minimum(low[:-1], low[1:])) ** 2
+    k = 3.0 - 2.0 * math.sqrt(2.0)
+    alpha = (np.sqrt(2.0 * beta) - np.sqrt(beta)) / k - np.sqrt(gamma / k)
+    s = 2.0 * (np.exp(alpha) - 1.0) / (1.0 + np.exp(alpha))
+    out[1:] = np.maximum(s, 0.0)
+    return out
+
+
+def _read(path: str, fmt: str | None):
+    import pandas as pd
+
+    kind = fmt or ("parquet" if path.lower().endswith((".parquet", ".pq")) else "csv")
+    if kind not in FORMATS:
+        raise ValueError(f"data.format: expected one of {FORMATS}, got {kind!r}")
+    if not os.path.isfile(path):
+        raise ValueError(f"file {path}: not found")
+    try:
+        frame = pd.read_csv(path) if kind == "csv" else pd.read_parquet(path)
+    except Exception as exc:  # parser errors of all kinds -> one clear message
+        raise ValueError(f"file {path}: cannot be read as {kind}: {exc}") from exc
+    return frame.reset_index(drop=True)
+
+
+def _assets(path: str, frame, asset_column: str | None):
+    if asset_column is None:
+        return [(None, frame)]
+    if asset_column not in frame.columns:
+        raise ValueError(f"file {path}: missing asset column {asset_column!r}; found columns {list(frame.columns)}")
+    missing = frame[asset_column].isna().to_numpy()
+    if missing.any():
+        row = int(np.argmax(missing))
+        raise ValueError(f"file {path}, column {asset_column!r}, row {row}: missing asset name")
+    return [(asset, part) for asset, part in frame.groupby(asset_column, sort=False)]
+
+
+def _resolve_columns(where: str, frame, mapping: Mapping[str, str]) -> dict[str, str]:
+    lower = {str(c).lower(): c for c in frame.columns}
+    cols: dict[str, str] = {}
+    for key in COLUMN_KEYS:
+        if key in mapping:
+            if mapping[key] not in frame.columns:
+                raise ValueError(
+                    f"{where}: missing column {mapping[key]!r} (data.columns.{key}); found columns {list(frame.columns)}"
+                )
+            cols[key] = mapping[key]
+            continue
+        for cand in _AUTO_NAMES.get(key, (key,)):
+            if cand in lower:
+                cols[key] = lower[cand]
+                break
+    if "close" not in cols:
+        raise ValueError(f"{where}: missing column 'close' (set data.columns.close); found columns {list(frame.columns)}")
+    return cols
+
+
+def _clean(where, frame, cols, features, spread_source, spread_bps, cs_window, min_spread_bps,
+           timestamp_format, dayfirst):
+    import pandas as pd
+
+    rows = frame.index.to_numpy()
+    if len(frame) < features.warmup + 2:
+        raise ValueError(
+            f"{where}: {len(frame)} rows, expected at least features.warmup + 2 = {features.warmup + 2}"
+        )
+    prices: dict[str, np.ndarray] = {}
+    for key in _PRICE_KEYS:
+        if key not in cols:
+            continue
+        col = cols[key]
+        raw = frame[col]
+        values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
+        bad = ~np.isfinite(values) | (values <= 0)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(f"{where}, column {col!r}, row {rows[i]}: expected a finite price > 0, got {_show(raw.iloc[i])}")
+        prices[key] = values
+    for lo_key, hi_key in (("low", "high"), ("bid", "ask")):
+        if lo_key in prices and hi_key in prices:
+            bad = prices[lo_key] > prices[hi_key]
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise ValueError(
+                    f"{where}, column {cols[lo_key]!r}, row {rows[i]}: {lo_key} {_show(prices[lo_key][i])} is above "
+                    f"{hi_key} {_show(prices[hi_key][i])} (column {cols[hi_key]!r})"
+                )
+    ts = None
+    if "timestamp" in cols:
+        col = cols["timestamp"]
+        raw = frame[col]
+        try:
+            parsed = pd.to_datetime(raw, errors="coerce", format=timestamp_format, dayfirst=dayfirst)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"{where}, column {col!r}: timestamps cannot be parsed: {exc}") from exc
+        nat = parsed.isna().to_numpy()
+        if nat.any():
+            i = int(np.argmax(nat))
+            raise ValueError(f"{where}, column {col!r}, row {rows[i]}: cannot parse timestamp {raw.iloc[i]!r}")
+        ts = parsed.to_numpy()
+        step = ts[1:] - ts[:-1]
+        dup = step == np.timedelta64(0)
+        if dup.any():
+            i = int(np.argmax(dup)) + 1
+            raise ValueError(f"{where}, column {col!r}, row {rows[i]}: duplicate timestamp {raw.iloc[i]!r} (same as row {rows[i - 1]})")
+        back = step < np.timedelta64(0)
+        if back.any():
+            i = int(np.argmax(back)) + 1
+            raise ValueError(
+                f"{where}, column {col!r}, row {rows[i]}: timestamps not sorted ({raw.iloc[i]!r} is before "
+                f"{raw.iloc[i - 1]!r} at row {rows[i - 1]})"
+            )
+    spread = _spread(where, prices, cols, spread_source, spread_bps, cs_window, min_spread_bps)
+    return prices["close"], spread, ts
+
+
+def _show(value: Any) -> str:
+    """Readable repr of a cell (plain floats, quoted strings)."""
+    if isinstance(value, (float, np.floating, int, np.integer)) and not isinstance(value, bool):
+        return repr(float(value))
+    return repr(value)
+
+
+def _spread(where, prices, cols, source, spread_bps, cs_window, min_spread_bps) -> np.ndarray:
+    import pandas as pd
+
+    have_ba = "bid" in prices and "ask" in prices
+    have_hl = "high" in prices and "low" in prices
+    if source == "auto":
+        source = "bid_ask" if have_ba else "corwin_schultz" if have_hl else "fixed" if spread_bps is not None else None
+        if source is None:
+            raise ValueError(
+                f"{where}: no bid/ask or high/low columns to estimate the spread and no data.spread_bps set"
+            )
+    if source == "bid_ask":
+        if not have_ba:
+            raise ValueError(f"{where}: spread_source 'bid_ask' needs columns bid and ask; found {sorted(cols)}")
+        mid = 0.5 * (prices["ask"] + prices["bid"])
+        return (prices["ask"] - prices["bid"]) / mid
+    if source == "corwin_schultz":
+        if not have_hl:
+            raise ValueError(f"{where}: spread_source 'corwin_schultz' needs columns high and low; found {sorted(cols)}")
+        raw = corwin_schultz(prices["high"], prices["low"])
+        smooth = pd.Series(raw).rolling(cs_window, min_periods=1).mean().to_numpy(copy=True)
+        smooth[0] = 0.0
+        return np.maximum(smooth, min_spread_bps * 1e-4)
+    if spread_bps is None:
+        raise ValueError(f"{where}: spread_source 'fixed' needs data.spread_bps")
+    return np.full(len(prices["close"]), spread_bps * 1e-4)

@@ -1,0 +1,289 @@
+"""``MarketData``: per-asset price series and causal features as ``[num_assets, T]`` tensors.
+
+Features are computed once, on the host, when the data is built (never inside a step). For bar ``t``
+(0-based) of an asset with closes ``c``:
+
+* ``log_ret[t] = log(c[t] / c[t-1])`` and ``ret[t] = c[t] / c[t-1] - 1`` (both 0 at ``t = 0``).
+* ``vol[t] = sqrt(EWMA_t(log_ret**2))``: an exponentially weighted mean (pandas ``ewm(halflife,
+  adjust=True)``) of squared log returns of bars ``1..t`` only; ``vol[0] = vol_floor``.
+* ``ret_norm[t] = clip(log_ret[t] / max(vol[t-1], vol_floor), -ret_clip, ret_clip)``: the return of bar
+  ``t`` scaled by the volatility known *before* it (lagged, so the scale does not contain the return).
+* ``median_spread[t]``, ``median_vol[t]``: medians over the trailing ``median_window`` bars ending at
+  ``t`` (fewer at the start).
+* ``obs_spread[t] = log(max(spread[t], tiny) / max(median_spread[t], tiny))`` and ``obs_vol[t] =
+  log(max(vol[t], vol_floor) / max(median_vol[t], vol_floor))`` with ``tiny = 1e-12``, both clipped
+  to ``[-ratio_clip, ratio_clip]``.
+
+Every feature at ``t`` depends on bars ``<= t`` only. Rows of assets shorter than ``T`` are padded
+after ``length[a]`` with the last bar and zero returns; ``valid_start[a]`` is the first bar whose
+features are warm (the env never starts an episode before it).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+
+TENSOR_FIELDS = (
+    "close", "log_ret", "ret", "spread", "median_spread", "vol", "median_vol", "ret_norm",
+    "obs_spread", "obs_vol",
+)
+SPLITS = ("train", "validation", "test")
+_TINY = 1e-12
+
+
+@dataclass(frozen=True)
+class FeatureConfig:
+    """How causal features are computed (``data_cfg["features"]``)."""
+
+    vol_halflife: float = 20.0
+    """Half-life in bars of the EWMA of squared log returns."""
+    median_window: int = 256
+    """Trailing window in bars of the spread and volatility medians."""
+    warmup: int = 64
+    """Bars before the first tradable bar of a series (and history kept before a split segment)."""
+    ret_clip: float = 10.0
+    """Clip of the normalized returns in the observation."""
+    vol_floor: float = 1e-8
+    """Lower bound of the volatility used as a divisor."""
+    ratio_clip: float = 10.0
+    """Clip of the log spread and log volatility ratios in the observation."""
+
+    def __post_init__(self) -> None:
+        for name in ("vol_halflife", "ret_clip", "vol_floor", "ratio_clip"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                raise ValueError(f"data.features.{name}: expected a finite number > 0, got {v!r}")
+            object.__setattr__(self, name, float(v))
+        for name, minimum in (("median_window", 1), ("warmup", 2)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+                raise ValueError(f"data.features.{name}: expected an int >= {minimum}, got {v!r}")
+
+    @classmethod
+    def from_dict(cls, cfg: Mapping[str, Any] | None) -> "FeatureConfig":
+        cfg = dict(cfg or {})
+        allowed = [f.name for f in fields(cls)]
+        unknown = sorted(set(cfg) - set(allowed))
+        if unknown:
+            raise ValueError(f"data.features: unknown key(s) {unknown}; allowed keys are {allowed}")
+        return cls(**cfg)
+
+
+@dataclass(frozen=True, eq=False)
+class MarketData:
+    """Device tensors ``[num_assets, T]`` (float32) plus per-asset ``valid_start``/``length`` (int64)."""
+
+    close: torch.Tensor
+    log_ret: torch.Tensor
+    ret: torch.Tensor
+    spread: torch.Tensor
+    median_spread: torch.Tensor
+    vol: torch.Tensor
+    median_vol: torch.Tensor
+    ret_norm: torch.Tensor
+    obs_spread: torch.Tensor
+    obs_vol: torch.Tensor
+    valid_start: torch.Tensor
+    length: torch.Tensor
+    asset_names: tuple[str, ...]
+    timestamps: tuple[np.ndarray, ...] | None = None
+    """Host timestamps per asset (``length[a]`` entries), when the source has them."""
+    offsets: tuple[int, ...] | None = None
+    """Bar index in the full series of each row's bar 0 (split segments)."""
+    periods_per_year: float = 252.0
+    """Bars per year, for annualized metrics."""
+    features: FeatureConfig = FeatureConfig()
+    """How the features were computed."""
+    segment: str = "all"
+    """Time segment: "all", "train", "validation" or "test"."""
+
+    @property
+    def warmup(self) -> int:
+        return self.features.warmup
+
+    @property
+    def num_assets(self) -> int:
+        return int(self.close.shape[0])
+
+    @property
+    def num_bars(self) -> int:
+        return int(self.close.shape[1])
+
+    @property
+    def device(self) -> torch.device:
+        return self.close.device
+
+    def to(self, device: torch.device | str) -> "MarketData":
+        """Copy of the data on ``device`` (same object when already there)."""
+        device = torch.device(device)
+        if self.close.device == device:
+            return self
+        moved = {name: getattr(self, name).to(device) for name in TENSOR_FIELDS}
+        moved["valid_start"] = self.valid_start.to(device)
+        moved["length"] = self.length.to(device)
+        return replace(self, **moved)
+
+    def split(self, name: str, fractions: Sequence[float] = (0.7, 0.15, 0.15)) -> "MarketData":
+        """Time segment ``name`` of every asset (fractions of each asset's bars, in time order).
+
+        A segment keeps ``warmup`` bars of history before its first bar (features and the
+        observation window only); its tradable bars start at ``valid_start``.
+        """
+        if name not in SPLITS:
+            raise ValueError(f"split: expected one of {SPLITS}, got {name!r}")
+        fr = check_fractions(fractions)
+        k = SPLITS.index(name)
+        lengths = self.length.cpu().tolist()  # host read: load-time slicing
+        starts = self.valid_start.cpu().tolist()  # host read: load-time slicing
+        rows: dict[str, list[np.ndarray]] = {f: [] for f in TENSOR_FIELDS}
+        new_start, new_len, stamps, offs = [], [], [], []
+        host = {f: getattr(self, f).cpu().numpy() for f in TENSOR_FIELDS}  # host read: load time
+        base_offsets = self.offsets or (0,) * self.num_assets
+        for a, n in enumerate(lengths):
+            bounds = [0, int(n * fr[0]), int(n * (fr[0] + fr[1])), n]
+            lo, hi = bounds[k], bounds[k + 1]
+            first = max(lo, starts[a])
+            cut = max(0, first - self.warmup)
+            if hi - first < 2:
+                raise ValueError(
+                    f"split {name!r}: asset {self.asset_names[a]!r} has {max(hi - first, 0)} tradable "
+                    f"bars in this segment (of {n}); expected at least 2: use more data or other fractions"
+                )
+            for f in TENSOR_FIELDS:
+                rows[f].append(host[f][a, cut:hi])
+            new_start.append(first - cut)
+            new_len.append(hi - cut)
+            offs.append(base_offsets[a] + cut)
+            if self.timestamps is not None:
+                stamps.append(self.timestamps[a][cut:hi])
+        width = max(new_len)
+        tensors = {f: torch.from_numpy(_pad_rows(rows[f], width, f)).to(self.device) for f in TENSOR_FIELDS}
+        return replace(
+            self,
+            **tensors,
+            valid_start=torch.tensor(new_start, dtype=torch.int64, device=self.device),
+            length=torch.tensor(new_len, dtype=torch.int64, device=self.device),
+            timestamps=tuple(stamps) if self.timestamps is not None else None,
+            offsets=tuple(offs),
+            segment=name,
+        )
+
+
+def check_fractions(fractions: Sequence[float]) -> tuple[float, float, float]:
+    """Validate (train, validation, test) fractions: three values in [0, 1] summing to 1."""
+    fr = tuple(float(f) for f in fractions)
+    if len(fr) != 3 or any(not math.isfinite(f) or f < 0.0 or f > 1.0 for f in fr):
+        raise ValueError(f"data.split: expected three fractions in [0, 1] (train, validation, test), got {fractions!r}")
+    if abs(sum(fr) - 1.0) > 1e-6:
+        raise ValueError(f"data.split: fractions must sum to 1, got {fractions!r} (sum {sum(fr)})")
+    return fr  # type: ignore[return-value]
+
+
+def _pad_rows(rows: list[np.ndarray], width: int, field: str) -> np.ndarray:
+    """Stack rows padded to ``width``: returns pad with 0, levels with the last value."""
+    out = np.zeros((len(rows), width), dtype=np.float32)
+    zero_pad = field in ("log_ret", "ret", "ret_norm")
+    for a, row in enumerate(rows):
+        out[a, : len(row)] = row
+        if len(row) < width and not zero_pad:
+            out[a, len(row):] = row[-1]
+    return out
+
+
+def compute_features(close: np.ndarray, spread: np.ndarray, cfg: FeatureConfig) -> dict[str, np.ndarray]:
+    """Causal features of one asset (float64 arrays of the input's length); see the module doc."""
+    import pandas as pd
+
+    close = np.asarray(close, dtype=np.float64)
+    spread = np.asarray(spread, dtype=np.float64)
+    log_ret = np.zeros_like(close)
+    log_ret[1:] = np.log(close[1:] / close[:-1])
+    ret = np.zeros_like(close)
+    ret[1:] = close[1:] / close[:-1] - 1.0
+    vol = np.full_like(close, cfg.vol_floor)
+    if len(close) > 1:
+        ewm_var = pd.Series(log_ret[1:] ** 2).ewm(halflife=cfg.vol_halflife, adjust=True).mean().to_numpy()
+        vol[1:] = np.sqrt(ewm_var)
+    lagged = np.maximum(np.concatenate(([cfg.vol_floor], vol[:-1])), cfg.vol_floor)
+    ret_norm = np.clip(log_ret / lagged, -cfg.ret_clip, cfg.ret_clip)
+    ret_norm[0] = 0.0
+    median_spread = pd.Series(spread).rolling(cfg.median_window, min_periods=1).median().to_numpy()
+    median_vol = pd.Series(vol).rolling(cfg.median_window, min_periods=1).median().to_numpy()
+    obs_spread = np.log(np.maximum(spread, _TINY) / np.maximum(median_spread, _TINY))
+    obs_vol = np.log(np.maximum(vol, cfg.vol_floor) / np.maximum(median_vol, cfg.vol_floor))
+    obs_spread = np.clip(obs_spread, -cfg.ratio_clip, cfg.ratio_clip)
+    obs_vol = np.clip(obs_vol, -cfg.ratio_clip, cfg.ratio_clip)
+    return {
+        "close": close, "log_ret": log_ret, "ret": ret, "spread": spread, "median_spread": median_spread,
+        "vol": vol, "median_vol": median_vol, "ret_norm": ret_norm, "obs_spread": obs_spread,
+        "obs_vol": obs_vol,
+    }
+
+
+def build_market(
+    closes: Sequence[np.ndarray],
+    spreads: Sequence[np.ndarray],
+    *,
+    names: Sequence[str] | None = None,
+    features: FeatureConfig | None = None,
+    timestamps: Sequence[np.ndarray] | None = None,
+    periods_per_year: float = 252.0,
+    device: torch.device | str = "cpu",
+) -> MarketData:
+    """``MarketData`` from per-asset close prices and relative spreads (host arrays).
+
+    Raises ValueError naming the asset and bar when a close is not finite and > 0, a spread is not
+    finite and >= 0, lengths differ, or a series is shorter than ``warmup + 2`` bars.
+    """
+    cfg = features or FeatureConfig()
+    if len(closes) == 0:
+        raise ValueError("market: expected at least one asset, got none")
+    names = tuple(str(n) for n in (names if names is not None else [f"asset{i}" for i in range(len(closes))]))
+    if len(names) != len(closes) or len(spreads) != len(closes):
+        raise ValueError(
+            f"market: got {len(closes)} close series, {len(spreads)} spread series and {len(names)} names; "
+            "expected equal counts"
+        )
+    if not math.isfinite(periods_per_year) or periods_per_year <= 0:
+        raise ValueError(f"data.periods_per_year: expected a finite number > 0, got {periods_per_year!r}")
+    rows: dict[str, list[np.ndarray]] = {f: [] for f in TENSOR_FIELDS}
+    for a, (c, s) in enumerate(zip(closes, spreads)):
+        c = np.asarray(c, dtype=np.float64)
+        s = np.asarray(s, dtype=np.float64)
+        if c.ndim != 1 or s.shape != c.shape:
+            raise ValueError(f"market: asset {names[a]!r}: close {c.shape} and spread {s.shape} must be equal 1-D shapes")
+        if len(c) < cfg.warmup + 2:
+            raise ValueError(
+                f"market: asset {names[a]!r} has {len(c)} bars; expected at least warmup + 2 = {cfg.warmup + 2}"
+            )
+        _check_series(names[a], "close", c, positive=True)
+        _check_series(names[a], "spread", s, positive=False)
+        feats = compute_features(c, s, cfg)
+        for f in TENSOR_FIELDS:
+            rows[f].append(feats[f])
+    lengths = [len(r) for r in rows["close"]]
+    width = max(lengths)
+    device = torch.device(device)
+    tensors = {f: torch.from_numpy(_pad_rows(rows[f], width, f)).to(device) for f in TENSOR_FIELDS}
+    return MarketData(
+        **tensors,
+        valid_start=torch.full((len(names),), cfg.warmup, dtype=torch.int64, device=device),
+        length=torch.tensor(lengths, dtype=torch.int64, device=device),
+        asset_names=names,
+        timestamps=tuple(np.asarray(t) for t in timestamps) if timestamps is not None else None,
+        offsets=(0,) * len(names),
+        periods_per_year=float(periods_per_year),
+        features=cfg,
+    )
+
+
+def _check_series(asset: str, column: str, x: np.ndarray, *, positive: bool) -> None:
+    bad = ~np.isfinite(x) | ((x <= 0) if positive else (x < 0))
+    if bad.any():
+        row = int(np.argmax(bad))
+        need = "finite and > 0" if positive else "finite and >= 0"
+        raise ValueError(f"market: asset {asset!r}, column {column!r}, bar {row}: expected {need}, got {x[row]!r}")

@@ -1,0 +1,140 @@
+"""``EnvParams``: every coefficient of the trading environment, validated once at construction.
+
+Execution model (per unit of position traded, as a fraction of equity; ``o`` order type, ``u``
+urgency, tables indexed ``[o][u]`` with rows MARKET, LIMIT, PASSIVE and columns LOW, NORMAL, HIGH):
+
+* fill fraction ``f = fill_prob[o][u]`` (expected-fill mode: the position moves by ``f * (target -
+  position)``; stochastic mode: it moves by the full difference with probability ``f``, else not at
+  all). MARKET fills fully (its row must be all 1).
+* cost of a trade ``q`` (signed change of position): ``|q| * (fee + spread_frac[o][u] * spread_t +
+  impact[o][u] * vol_t * |q|)``; ``spread_t`` is the relative spread and ``vol_t`` the EWMA volatility
+  at the execution bar. A negative ``spread_frac`` is a rebate (a passive order earning part of the
+  spread).
+* Higher urgency never fills less nor costs less: each row of ``fill_prob``, ``spread_frac`` and
+  ``impact`` must be non-decreasing from LOW to HIGH.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Any, Mapping, Sequence
+
+from rl_zerosync.actions import DEFAULT_EXPOSURE_LEVELS, NUM_EXPOSURES, NUM_ORDER_TYPES, NUM_URGENCIES
+
+Table = tuple[tuple[float, float, float], tuple[float, float, float], tuple[float, float, float]]
+
+FILL_MODES = ("expected", "stochastic")
+
+
+@dataclass(frozen=True)
+class EnvParams:
+    """Configuration of :class:`~rl_zerosync.envs.BatchedTradingEnv` (``env_config["env"]``)."""
+
+    episode_len: int = 256
+    """Steps per episode; an episode starting at bar ``s`` trades at bars ``s .. s+episode_len-1``."""
+    window: int = 16
+    """K: number of past normalized returns in the observation."""
+    exposure_levels: tuple[float, ...] = DEFAULT_EXPOSURE_LEVELS
+    """Target position (fraction of equity) of exposure index 0..4."""
+    fee: float = 0.5e-4
+    """Commission per unit traded (fraction of notional), all order types."""
+    fill_prob: Table = ((1.0, 1.0, 1.0), (0.5, 0.7, 0.85), (0.2, 0.3, 0.4))
+    """Fill fraction (expected mode) or fill probability (stochastic mode) ``[order][urgency]``."""
+    spread_frac: Table = ((0.5, 0.5, 0.5), (0.0, 0.1, 0.25), (-0.1, -0.05, 0.0))
+    """Fraction of the relative spread paid per unit traded ``[order][urgency]`` (< 0: rebate)."""
+    impact: Table = ((0.05, 0.1, 0.2), (0.0, 0.02, 0.05), (0.0, 0.0, 0.0))
+    """Linear impact coefficient ``[order][urgency]``: extra cost per unit = impact * vol * |q|."""
+    fill_mode: str = "expected"
+    """"expected" (deterministic partial fills) or "stochastic" (seeded all-or-nothing fills)."""
+    reward_scale: float = 100.0
+    """Reward = reward_scale * (position PnL - costs - risk penalty); 100 = reward in percent."""
+    risk_penalty: float = 0.0
+    """Mean-variance penalty per step: risk_penalty * position**2 * vol_t**2."""
+    stop_drawdown: float = 0.0
+    """Terminate an episode when its drawdown from the peak equity reaches this (0 disables)."""
+    seed: int = 0
+    """Seed of the counter-based RNG (episode offsets, assets, stochastic fills)."""
+
+    def __post_init__(self) -> None:
+        _check_int("episode_len", self.episode_len, 1)
+        _check_int("window", self.window, 1)
+        _check_int("seed", self.seed, 0)
+        levels = _float_tuple("exposure_levels", self.exposure_levels)
+        if len(levels) != NUM_EXPOSURES:
+            raise ValueError(f"EnvParams.exposure_levels: expected {NUM_EXPOSURES} values, got {len(levels)}")
+        object.__setattr__(self, "exposure_levels", levels)
+        for name in ("fill_prob", "spread_frac", "impact"):
+            table = _table(name, getattr(self, name))
+            object.__setattr__(self, name, table)
+            for o, row in enumerate(table):
+                if any(b < a for a, b in zip(row, row[1:])):
+                    raise ValueError(
+                        f"EnvParams.{name}[{o}]: expected non-decreasing values from LOW to HIGH "
+                        f"urgency, got {row}"
+                    )
+        for o, row in enumerate(self.fill_prob):
+            for u, p in enumerate(row):
+                if not 0.0 <= p <= 1.0:
+                    raise ValueError(f"EnvParams.fill_prob[{o}][{u}]: expected a value in [0, 1], got {p}")
+        if self.fill_prob[0] != (1.0, 1.0, 1.0):
+            raise ValueError(f"EnvParams.fill_prob[0] (MARKET): expected (1.0, 1.0, 1.0), got {self.fill_prob[0]}")
+        for o, row in enumerate(self.impact):
+            if any(v < 0.0 for v in row):
+                raise ValueError(f"EnvParams.impact[{o}]: expected values >= 0, got {row}")
+        for name in ("fee", "reward_scale", "risk_penalty", "stop_drawdown"):
+            value = _check_float(name, getattr(self, name))
+            object.__setattr__(self, name, value)
+            if value < 0.0:
+                raise ValueError(f"EnvParams.{name}: expected a value >= 0, got {value}")
+        if self.reward_scale == 0.0:
+            raise ValueError("EnvParams.reward_scale: expected a value > 0, got 0.0")
+        if self.stop_drawdown >= 1.0:
+            raise ValueError(f"EnvParams.stop_drawdown: expected a value in [0, 1), got {self.stop_drawdown}")
+        if self.fill_mode not in FILL_MODES:
+            raise ValueError(f"EnvParams.fill_mode: expected one of {FILL_MODES}, got {self.fill_mode!r}")
+
+    @property
+    def observation_dim(self) -> int:
+        """K normalized returns + position + log spread ratio + log vol ratio + episode progress."""
+        return self.window + 4
+
+    @classmethod
+    def from_dict(cls, cfg: Mapping[str, Any] | None) -> "EnvParams":
+        """Build from ``env_config["env"]``; unknown keys raise ValueError naming them."""
+        cfg = dict(cfg or {})
+        allowed = [f.name for f in fields(cls)]
+        unknown = sorted(set(cfg) - set(allowed))
+        if unknown:
+            raise ValueError(f"env config: unknown key(s) {unknown}; allowed keys are {allowed}")
+        return cls(**cfg)
+
+
+def _check_int(name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"EnvParams.{name}: expected an int >= {minimum}, got {value!r}")
+
+
+def _check_float(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"EnvParams.{name}: expected a finite number, got {value!r}")
+    return float(value)
+
+
+def _float_tuple(name: str, values: Sequence[Any]) -> tuple[float, ...]:
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        raise ValueError(f"EnvParams.{name}: expected a sequence of numbers, got {values!r}")
+    return tuple(_check_float(f"{name}[{i}]", v) for i, v in enumerate(values))
+
+
+def _table(name: str, table: Any) -> Table:
+    if isinstance(table, (str, bytes)) or not isinstance(table, Sequence) or len(table) != NUM_ORDER_TYPES:
+        raise ValueError(f"EnvParams.{name}: expected {NUM_ORDER_TYPES} rows (MARKET, LIMIT, PASSIVE), got {table!r}")
+    rows = []
+    for o, row in enumerate(table):
+        values = _float_tuple(f"{name}[{o}]", row)
+        if len(values) != NUM_URGENCIES:
+            raise ValueError(
+                f"EnvParams.{name}[{o}]: expected {NUM_URGENCIES} values (LOW, NORMAL, HIGH), got {row!r}"
+            )
+        rows.append(values)
+    return tuple(rows)  # type: ignore[return-value]

@@ -1,0 +1,65 @@
+// Action selection: epsilon-greedy over one Q matrix, and per-branch epsilon-greedy for the
+// branching head. One thread per env; launched with grid=ceil(rows/256), block=256.
+// Twins: reference.epsilon_greedy / reference.branching_select.
+// Greedy: the first NaN of a row wins if there is one, else the first maximum (ties -> lowest).
+// Random draws (rng.cuh): explore if uniform24(coin stream) < epsilon; random action
+// (bits24(action stream) * n) >> 24. epsilon-greedy uses streams 0 (coin) and 1 (action); branch b
+// of branching select uses streams 2b and 2b + 1.
+
+__device__ __forceinline__ int zs_greedy(const float* __restrict__ row, int n) {
+    float best = row[0];
+    if (zs_isnan(best)) return 0;
+    int best_index = 0;
+    for (int a = 1; a < n; ++a) {
+        const float v = row[a];
+        if (zs_isnan(v)) return a;
+        if (v > best) {
+            best = v;
+            best_index = a;
+        }
+    }
+    return best_index;
+}
+
+__device__ __forceinline__ int zs_select(const float* __restrict__ row, int n, float epsilon,
+                                         unsigned int coin_key, unsigned int action_key,
+                                         unsigned int i) {
+    if (zs_uniform24(zs_bits(coin_key, i)) < epsilon) {
+        return zs_random_index(zs_bits(action_key, i), n);
+    }
+    return zs_greedy(row, n);
+}
+
+extern "C" __global__ void zs_epsilon_greedy(const float* __restrict__ q, long long rows, int cols,
+                                             const float* __restrict__ epsilon,
+                                             const long long* __restrict__ step,
+                                             unsigned int seed_key, long long* __restrict__ actions) {
+    const long long i = zs_thread_index();
+    if (i >= rows) return;
+    const long long s = step[0];
+    const unsigned int coin_key = zs_stream_key(seed_key, s, 0u);
+    const unsigned int action_key = zs_stream_key(seed_key, s, 1u);
+    actions[i] = (long long)zs_select(q + i * (long long)cols, cols, epsilon[0], coin_key,
+                                      action_key, (unsigned int)i);
+}
+
+extern "C" __global__ void zs_branching_select(const float* __restrict__ q_exposure,
+                                               const float* __restrict__ q_order,
+                                               const float* __restrict__ q_urgency, long long rows,
+                                               const float* __restrict__ epsilon,
+                                               const long long* __restrict__ step,
+                                               unsigned int seed_key,
+                                               long long* __restrict__ actions) {
+    const long long i = zs_thread_index();
+    if (i >= rows) return;
+    const long long s = step[0];
+    const float eps = epsilon[0];
+    const unsigned int u = (unsigned int)i;
+    const int e = zs_select(q_exposure + i * 5, 5, eps, zs_stream_key(seed_key, s, 0u),
+                            zs_stream_key(seed_key, s, 1u), u);
+    const int o = zs_select(q_order + i * 3, 3, eps, zs_stream_key(seed_key, s, 2u),
+                            zs_stream_key(seed_key, s, 3u), u);
+    const int g = zs_select(q_urgency + i * 3, 3, eps, zs_stream_key(seed_key, s, 4u),
+                            zs_stream_key(seed_key, s, 5u), u);
+    actions[i] = (long long)(e * 9 + o * 3 + g);
+}

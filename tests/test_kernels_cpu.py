@@ -1,0 +1,578 @@
+"""Torch twins of the kernels against hand-computed values and independent references (CPU)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from rl_zerosync.actions import OrderType as O
+from rl_zerosync.actions import Urgency as U
+from rl_zerosync.kernels import (
+    AsyncReadback,
+    bind_branching_select,
+    bind_divergence,
+    bind_epsilon_greedy,
+    bind_guard_accumulate,
+    bind_guard_check,
+    bind_qstats,
+    bind_route,
+    get_kernels,
+    qstats_scratch_numel,
+    rng,
+    set_default_backend,
+)
+from rl_zerosync.kernels import reference as ref
+
+NAN, INF = float("nan"), float("inf")
+K = get_kernels("cpu")
+
+
+# ----------------------------------------------------------------------------- RNG reference
+def _u32(x) -> np.ndarray:
+    return np.asarray(x, dtype=np.uint64).astype(np.uint32)
+
+
+def np_hash32(x: np.ndarray) -> np.ndarray:
+    """uint32 reference with numpy's wrap-around multiply (independent of the int64 masking)."""
+    x = _u32(x)
+    m = np.uint32(0x45D9F3B)
+    x = ((x >> np.uint32(16)) ^ x) * m
+    x = ((x >> np.uint32(16)) ^ x) * m
+    return (x >> np.uint32(16)) ^ x
+
+
+def np_combine(h: np.ndarray, v: np.ndarray) -> np.ndarray:
+    h, v = _u32(h), _u32(v)
+    return np_hash32(h ^ (v + np.uint32(0x9E3779B9) + (h << np.uint32(6)) + (h >> np.uint32(2))))
+
+
+def np_bits(seed: int, step: int, stream: int, idx: np.ndarray) -> np.ndarray:
+    n = len(idx)
+    full = lambda v: np.full(n, v, dtype=np.uint64)  # noqa: E731
+    key = np_combine(np_combine(full(0x2545F491), full(seed & 0xFFFFFFFF)), full(seed >> 32))
+    s = step % 2**64
+    h = np_combine(np_combine(key, full(s & 0xFFFFFFFF)), full(s >> 32))
+    return np_combine(np_combine(h, full(stream)), idx.astype(np.uint64))
+
+
+def np_bits24(seed, step, stream, n) -> np.ndarray:
+    return (np_bits(seed, step, stream, np.arange(n)) >> np.uint32(8)).astype(np.int64)
+
+
+@pytest.mark.parametrize("seed, step, stream", [(0, 0, 0), (12345, 2**40 + 7, 3), (2**64 - 1, 99, 16), (7, -1, 1)])
+def test_rng_matches_uint32_reference(seed, step, stream):
+    idx = torch.arange(1000)
+    got = rng.random_bits(seed, step, stream, idx).numpy()
+    assert np.array_equal(got, np_bits(seed, step, stream, idx.numpy()).astype(np.int64))
+    # a device-counter step (tensor [1]) gives the same words as the host int
+    got_t = rng.random_bits(seed, torch.tensor([step], dtype=torch.int64), stream, idx)
+    assert np.array_equal(got_t.numpy(), got)
+
+
+def test_rng_golden_values():
+    # pinned so that the CUDA mirror (rng.cuh) and the torch side cannot drift together unnoticed
+    assert rng.random_bits(0, 0, 0, torch.arange(4)).tolist() == [3208427548, 3809995352, 1532640561, 1585101870]
+    assert rng.hash32(0) == 0
+    assert int(rng.hash32(torch.tensor([0xDEADBEEF]))[0]) == int(np_hash32([0xDEADBEEF])[0])
+
+
+def test_uniform24_range_and_moments():
+    u = rng.uniform24(3, 11, 0, torch.arange(200_000))
+    assert u.dtype == torch.float32
+    assert float(u.min()) >= 0.0 and float(u.max()) < 1.0
+    assert abs(float(u.mean()) - 0.5) < 4 * math.sqrt(1 / 12 / 200_000)
+    hist = torch.histc(u, bins=16, min=0.0, max=1.0)
+    expected = 200_000 / 16
+    chi2 = float(((hist - expected) ** 2 / expected).sum())
+    assert chi2 < 60.0  # 15 dof: p ~ 1e-7
+    assert torch.equal(rng.bits24(3, 11, 0, torch.arange(10)) % 1, torch.zeros(10, dtype=torch.int64))
+    assert int(rng.bits24(3, 11, 0, torch.arange(100_000)).max()) < 2**24
+
+
+def test_rng_independence_across_envs_steps_streams_seeds():
+    n = 100_000
+    base = rng.uniform24(5, 0, 0, torch.arange(n))
+    others = [
+        rng.uniform24(5, 0, 0, torch.arange(1, n + 1)),  # neighbouring env
+        rng.uniform24(5, 1, 0, torch.arange(n)),  # next step
+        rng.uniform24(5, 0, 1, torch.arange(n)),  # other stream
+        rng.uniform24(6, 0, 0, torch.arange(n)),  # other seed
+        rng.uniform24(5, 2**32, 0, torch.arange(n)),  # step high word
+    ]
+    for other in others:
+        assert not torch.equal(base, other)
+        corr = float(torch.corrcoef(torch.stack([base, other]))[0, 1])
+        assert abs(corr) < 4 / math.sqrt(n)
+    assert torch.equal(base, rng.uniform24(5, 0, 0, torch.arange(n)))
+
+
+@pytest.mark.parametrize("seed", [-1, 2**64, 1.5, True, "3"])
+def test_rng_bad_seed(seed):
+    with pytest.raises(ValueError, match="seed"):
+        rng.seed_key(seed)
+
+
+# ----------------------------------------------------------------------------- epsilon-greedy
+def _eg(q, eps, step, seed=1):
+    q = torch.as_tensor(q, dtype=torch.float32)
+    actions = torch.full((q.shape[0],), -7, dtype=torch.int64)
+    K.epsilon_greedy(q, torch.tensor([eps], dtype=torch.float32), torch.tensor([step]), actions, seed=seed)
+    return actions
+
+
+def test_epsilon_zero_is_greedy_with_ties_nan_inf():
+    q = [
+        [1.0, 3.0, 3.0, 2.0],  # tie -> lowest index
+        [5.0, 5.0, 5.0, 5.0],  # all equal -> 0
+        [1.0, NAN, 9.0, NAN],  # NaN wins, the first one
+        [NAN, 1.0, 2.0, 3.0],
+        [-INF, -INF, -INF, -INF],
+        [0.0, INF, INF, 1.0],
+        [-3.0, -2.0, -1.0, -4.0],
+    ]
+    assert _eg(q, 0.0, 0).tolist() == [1, 0, 1, 0, 0, 1, 2]
+    assert torch.equal(ref.greedy_argmax(torch.tensor(q)), torch.tensor([1, 0, 1, 0, 0, 1, 2]))
+
+
+def test_epsilon_one_matches_reference_random_actions():
+    n, a, seed, step = 1000, 45, 17, 123
+    q = torch.randn(n, a, generator=torch.Generator().manual_seed(0))
+    got = _eg(q, 1.0, step, seed)
+    want = (np_bits24(seed, step, rng.STREAM_RANDOM_ACTION, n) * a) >> 24
+    assert np.array_equal(got.numpy(), want)
+
+
+def test_epsilon_mixed_matches_reference_coin():
+    n, a, seed, step, eps = 5000, 5, 4, 9, 0.3
+    q = torch.randn(n, a, generator=torch.Generator().manual_seed(1))
+    coin = np_bits24(seed, step, rng.STREAM_EXPLORE, n).astype(np.float32) * np.float32(2.0**-24)
+    rand = (np_bits24(seed, step, rng.STREAM_RANDOM_ACTION, n) * a) >> 24
+    want = np.where(coin < np.float32(eps), rand, q.argmax(dim=1).numpy())
+    assert np.array_equal(_eg(q, eps, step, seed).numpy(), want)
+
+
+def test_epsilon_random_fraction():
+    n, a, eps = 200_000, 4, 0.37
+    q = torch.zeros(n, a)
+    q[:, 0] = 1.0  # greedy action 0 everywhere
+    acts = _eg(q, eps, 3, seed=11)
+    p = eps * (a - 1) / a  # exploring picks a non-greedy action w.p. (A-1)/A
+    frac = float((acts != 0).float().mean())
+    assert abs(frac - p) < 4 * math.sqrt(p * (1 - p) / n)
+    counts = torch.bincount(acts, minlength=a)[1:].float()  # non-greedy actions uniform
+    assert float((counts.max() - counts.min()) / counts.mean()) < 0.05
+
+
+def test_epsilon_determinism_and_step_dependence():
+    q = torch.randn(4099, 45, generator=torch.Generator().manual_seed(2))
+    a1, a2 = _eg(q, 0.5, 10, seed=3), _eg(q, 0.5, 10, seed=3)
+    assert torch.equal(a1, a2)
+    assert not torch.equal(a1, _eg(q, 0.5, 11, seed=3))
+    assert not torch.equal(a1, _eg(q, 0.5, 10, seed=4))
+    assert int(a1.min()) >= 0 and int(a1.max()) < 45
+
+
+def test_epsilon_zero_never_explores_even_on_a_zero_draw():
+    # seed 386, step 0: env 1771 draws u = 0 exactly on the explore stream; "u < eps" must be False
+    assert int(rng.bits24(386, 0, rng.STREAM_EXPLORE, torch.tensor([1771]))[0]) == 0
+    q = torch.zeros(1772, 3)
+    q[:, 2] = 1.0
+    assert bool((_eg(q, 0.0, 0, seed=386) == 2).all())
+    assert int(_eg(q, 2.0**-24, 0, seed=386)[1771]) == int(np_bits24(386, 0, 1, 1772)[1771] * 3 >> 24)
+
+
+def test_epsilon_edge_shapes():
+    assert _eg(torch.zeros(0, 5), 0.5, 0).shape == (0,)
+    assert _eg([[2.0]], 1.0, 0).tolist() == [0]  # A=1: the only action
+    assert _eg([[1.0, 2.0]], 0.0, 0).tolist() == [1]  # B=1
+
+
+# ----------------------------------------------------------------------------- branching select
+def _bs(qe, qo, qu, eps, step, seed=5):
+    n = qe.shape[0]
+    actions = torch.full((n,), -1, dtype=torch.int64)
+    K.branching_select(qe, qo, qu, torch.tensor([eps]), torch.tensor([step]), actions, seed=seed)
+    return actions
+
+
+def test_branching_greedy():
+    qe = torch.tensor([[0.0, 1, 5, 2, 3], [9.0, 0, 0, 0, 9]])
+    qo = torch.tensor([[1.0, 0, 0], [0.0, 0, 4]])
+    qu = torch.tensor([[0.0, 2, 2], [NAN, 1, 2]])
+    assert _bs(qe, qo, qu, 0.0, 0).tolist() == [2 * 9 + 0 * 3 + 1, 0 * 9 + 2 * 3 + 0]
+
+
+def test_branching_explore_matches_reference_streams():
+    n, seed, step = 3000, 21, 77
+    qe, qo, qu = torch.zeros(n, 5), torch.zeros(n, 3), torch.zeros(n, 3)
+    got = _bs(qe, qo, qu, 1.0, step, seed)
+    e = (np_bits24(seed, step, 1, n) * 5) >> 24
+    o = (np_bits24(seed, step, 3, n) * 3) >> 24
+    u = (np_bits24(seed, step, 5, n) * 3) >> 24
+    assert np.array_equal(got.numpy(), e * 9 + o * 3 + u)
+
+
+def test_branching_branches_explore_independently():
+    n, eps = 200_000, 0.5
+    qe, qo, qu = torch.zeros(n, 5), torch.zeros(n, 3), torch.zeros(n, 3)
+    qe[:, 0] = qo[:, 0] = qu[:, 0] = 1.0
+    acts = _bs(qe, qo, qu, eps, 1, seed=8)
+    assert int(acts.min()) >= 0 and int(acts.max()) <= 44
+    e, o = acts // 9, (acts // 3) % 3
+    pe, po = eps * 4 / 5, eps * 2 / 3
+    both = float(((e != 0) & (o != 0)).float().mean())
+    for frac, p in ((float((e != 0).float().mean()), pe), (float((o != 0).float().mean()), po), (both, pe * po)):
+        assert abs(frac - p) < 4 * math.sqrt(p * (1 - p) / n)
+
+
+# ----------------------------------------------------------------------------- route
+def _route(spread, med_s, vol, med_v, exposure=None, **kw):
+    spread = torch.tensor(spread, dtype=torch.float32)
+    n = spread.shape[0]
+    exposure = torch.zeros(n, dtype=torch.int64) if exposure is None else torch.tensor(exposure)
+    out = torch.full((n,), -1, dtype=torch.int64)
+    K.route(exposure, spread, torch.tensor(med_s, dtype=torch.float32), torch.tensor(vol, dtype=torch.float32),
+            torch.tensor(med_v, dtype=torch.float32), out, **kw)
+    return out
+
+
+def _ou(order, urgency):
+    return int(order) * 3 + int(urgency)
+
+
+@pytest.mark.parametrize(
+    "rs, rv, order, urgency",
+    [
+        (1.0, 2.0, O.MARKET, U.HIGH),  # narrow, high vol
+        (2.0, 2.0, O.LIMIT, U.HIGH),  # wide, high vol
+        (1.0, 1.0, O.LIMIT, U.NORMAL),  # narrow, normal vol
+        (1.0, 0.5, O.LIMIT, U.LOW),  # narrow, low vol
+        (2.0, 1.0, O.PASSIVE, U.NORMAL),  # wide, normal vol
+        (2.0, 0.5, O.PASSIVE, U.LOW),  # wide, low vol
+        (1.5, 1.0, O.PASSIVE, U.NORMAL),  # rs exactly on wide -> wide
+        (1.0, 1.5, O.MARKET, U.HIGH),  # rv exactly on high_vol -> high
+        (1.5, 1.5, O.LIMIT, U.HIGH),
+        (1.0, 0.75, O.LIMIT, U.LOW),  # rv exactly on low_vol -> LOW
+        (1.4999999, 1.4999999, O.LIMIT, U.NORMAL),
+    ],
+)
+def test_route_table_cells(rs, rv, order, urgency):
+    # medians of 1 (and 2, 4: exact in float32) make the ratios exactly rs and rv
+    for m in (1.0, 2.0, 4.0):
+        out = _route([rs * m], [m], [rv * m], [m], exposure=[3])
+        assert out.tolist() == [3 * 9 + _ou(order, urgency)]
+
+
+def test_route_degenerate_ratios_are_one():
+    # ratio 1 -> rs < 1.5 and 0.75 < rv < 1.5 -> LIMIT, NORMAL
+    cases = [
+        ([5.0], [0.0], [1.0], [1.0]),  # median spread 0
+        ([5.0], [-1.0], [1.0], [1.0]),  # median spread < 0
+        ([NAN], [1.0], [1.0], [1.0]),
+        ([INF], [1.0], [1.0], [1.0]),
+        ([5.0], [NAN], [1.0], [1.0]),
+        ([5.0], [INF], [1.0], [1.0]),
+        ([1.0], [1.0], [9.0], [0.0]),  # median vol 0
+        ([1.0], [1.0], [NAN], [1.0]),
+        ([1.0], [1.0], [-INF], [1.0]),
+        ([1.0], [1.0], [0.1], [NAN]),
+    ]
+    for args in cases:
+        assert _route(*args).tolist() == [_ou(O.LIMIT, U.NORMAL)], args
+
+
+def test_route_custom_thresholds_and_exposure_passthrough():
+    out = _route([1.2] * 5, [1.0] * 5, [0.9] * 5, [1.0] * 5, exposure=[0, 1, 2, 3, 4], wide=1.1, high_vol=2.0,
+                 low_vol=0.95)
+    assert out.tolist() == [e * 9 + _ou(O.PASSIVE, U.LOW) for e in range(5)]
+    clamped = _route([1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0], exposure=[-3, 7])
+    assert clamped.tolist() == [0 * 9 + _ou(O.LIMIT, U.NORMAL), 4 * 9 + _ou(O.LIMIT, U.NORMAL)]
+    assert _route([], [], [], []).shape == (0,)
+
+
+def test_route_random_against_python_rule():
+    g = torch.Generator().manual_seed(4)
+    n = 2000
+    s, ms, v, mv = (torch.rand(n, generator=g) * 3 for _ in range(4))
+    ms[::7] = 0.0
+    e = torch.randint(0, 5, (n,), generator=g)
+    out = _route(s.tolist(), ms.tolist(), v.tolist(), mv.tolist(), exposure=e.tolist())
+    for i in range(n):
+        rs = float(np.float32(s[i]) / np.float32(ms[i])) if ms[i] > 0 else 1.0
+        rv = float(np.float32(v[i]) / np.float32(mv[i])) if mv[i] > 0 else 1.0
+        if rv >= 1.5:
+            o, u = (O.LIMIT if rs >= 1.5 else O.MARKET), U.HIGH
+        else:
+            o, u = (O.PASSIVE if rs >= 1.5 else O.LIMIT), (U.LOW if rv <= 0.75 else U.NORMAL)
+        assert int(out[i]) == int(e[i]) * 9 + _ou(o, u)
+
+
+# ----------------------------------------------------------------------------- guard
+def _guard(loss, grad, warm=1.0, host_warm=False, loss_clip=10.0, collapse_threshold=1e-3):
+    bufs = dict(flags=torch.full((3,), -1, dtype=torch.int32), clipped_loss=torch.full((1,), -1.0),
+                loss_scale=torch.full((1,), -1.0), found_inf=torch.full((1,), -1.0))
+    w = warm if host_warm else torch.tensor([warm])
+    K.guard_check(torch.tensor([loss]), torch.tensor([grad]), w, bufs["flags"], bufs["clipped_loss"],
+                  bufs["loss_scale"], bufs["found_inf"], loss_clip=loss_clip, collapse_threshold=collapse_threshold)
+    return (bufs["flags"].tolist(), float(bufs["clipped_loss"]), float(bufs["loss_scale"]), float(bufs["found_inf"]))
+
+
+@pytest.mark.parametrize(
+    "loss, grad, warm, want",
+    [
+        (2.0, 3.0, 1.0, ([0, 0, 0], 2.0, 1.0, 0.0)),
+        (20.0, 3.0, 1.0, ([0, 1, 0], 10.0, 0.5, 0.0)),
+        (10.0, 3.0, 1.0, ([0, 0, 0], 10.0, 1.0, 0.0)),  # exactly at the clip: not clipped
+        (0.0, 3.0, 1.0, ([0, 0, 0], 0.0, 1.0, 0.0)),  # zero loss: scale 1
+        (NAN, 3.0, 1.0, ([1, 0, 0], 0.0, 0.0, 1.0)),
+        (INF, 3.0, 1.0, ([1, 0, 0], 0.0, 0.0, 1.0)),
+        (-INF, 3.0, 1.0, ([1, 0, 0], 0.0, 0.0, 1.0)),
+        (2.0, NAN, 1.0, ([1, 0, 0], 0.0, 0.0, 1.0)),
+        (2.0, INF, 1.0, ([1, 0, 0], 0.0, 0.0, 1.0)),
+        (2.0, 1e-5, 1.0, ([0, 0, 1], 2.0, 1.0, 0.0)),  # collapse after warmup
+        (2.0, 1e-5, 0.0, ([0, 0, 0], 2.0, 1.0, 0.0)),  # not before warmup
+        (2.0, 1e-3, 1.0, ([0, 0, 0], 2.0, 1.0, 0.0)),  # exactly at the threshold: no collapse
+        (NAN, 1e-5, 1.0, ([1, 0, 0], 0.0, 0.0, 1.0)),  # non-finite steps never count as collapse
+        (40.0, 0.0, 1.0, ([0, 1, 1], 10.0, 0.25, 0.0)),
+    ],
+)
+def test_guard_check_cases(loss, grad, warm, want):
+    assert _guard(loss, grad, warm) == want  # every expected value is exact in float32
+    assert _guard(loss, grad, warm, host_warm=True) == want  # host float warmup
+
+
+def test_guard_accumulate_excludes_nonfinite_steps():
+    accum = torch.zeros(6, dtype=torch.float64)
+    steps = [(2.0, 3.0, 1.0), (20.0, 1.0, 1.0), (NAN, 5.0, 1.0), (1.0, INF, 1.0), (4.0, 1e-5, 1.0), (3.0, 2.0, 0.0)]
+    for loss, grad, warm in steps:
+        flags, cl, ls, fi = (torch.zeros(3, dtype=torch.int32), torch.zeros(1), torch.zeros(1), torch.zeros(1))
+        g = torch.tensor([grad])
+        K.guard_check(torch.tensor([loss]), g, torch.tensor([warm]), flags, cl, ls, fi, loss_clip=10.0,
+                      collapse_threshold=1e-3)
+        K.guard_accumulate(cl, g, flags, accum)
+    # finite steps: losses 2, 10 (clipped from 20), 4, 3; grad norms 3, 1, 1e-5, 2
+    want = [2 + 10 + 4 + 3, 3 + 1 + np.float32(1e-5) + 2, 6, 2, 1, 1]
+    assert accum.dtype == torch.float64
+    assert accum.tolist() == pytest.approx(want, rel=1e-12)
+
+
+def test_guard_accumulate_direct_nonfinite_inputs():
+    accum = torch.tensor([1.0, 2.0, 3.0, 0.0, 0.0, 0.0], dtype=torch.float64)
+    K.guard_accumulate(torch.tensor([NAN]), torch.tensor([INF]), torch.tensor([1, 0, 0], dtype=torch.int32), accum)
+    assert accum.tolist() == [1.0, 2.0, 4.0, 1.0, 0.0, 0.0]
+    K.guard_accumulate(torch.tensor([0.5]), torch.tensor([0.25]), torch.tensor([0, 1, 1], dtype=torch.int32), accum)
+    assert accum.tolist() == [1.5, 2.25, 5.0, 1.0, 1.0, 1.0]
+
+
+# ----------------------------------------------------------------------------- qstats
+def _qstats(q):
+    q = torch.as_tensor(q, dtype=torch.float32)
+    out = torch.full((5,), -9.0)
+    K.qstats(q, out, torch.empty(qstats_scratch_numel(q.shape[0])))
+    return out
+
+
+def test_qstats_hand_computed():
+    out = _qstats([[1.0, 3.0, 2.0], [4.0, -1.0, 0.0]])
+    assert out.tolist() == [3.0, 4.0, 3.5, 1.5, 0.0]
+    assert _qstats([[-2.5]]).tolist() == [-2.5, -2.5, -2.5, -2.5, 0.0]  # B=1, A=1
+
+
+@pytest.mark.parametrize("bad", [NAN, INF, -INF])
+def test_qstats_nonfinite_raises_flag(bad):
+    q = torch.randn(257, 5)
+    q[100, 3] = bad  # not the row max for NaN/-Inf: must not vanish inside max
+    out = _qstats(q)
+    assert math.isnan(out[0]) and math.isnan(out[1]) and math.isnan(out[2]) and math.isnan(out[3])
+    assert float(out[4]) == 1.0
+    assert float(_qstats([[NAN, 5.0]])[4]) == 1.0
+
+
+def test_qstats_random_against_float64():
+    q = torch.randn(4099, 45, generator=torch.Generator().manual_seed(3)) * 10
+    out = _qstats(q)
+    q64 = q.double()
+    rm = q64.max(dim=1).values
+    want = [float(rm.min()), float(rm.max()), float(rm.mean()), float(q64.mean()), 0.0]
+    assert out.tolist() == pytest.approx(want, rel=1e-5, abs=1e-5)
+
+
+def test_qstats_empty_and_scratch_sizes():
+    with pytest.raises(ValueError, match="row"):
+        _qstats(torch.zeros(0, 5))
+    assert [qstats_scratch_numel(b) for b in (1, 256, 257, 1 << 20, 1 << 30)] == [5, 5, 10, 5 * 1024, 5 * 1024]
+    with pytest.raises(ValueError, match="num_rows"):
+        qstats_scratch_numel(0)
+
+
+# ----------------------------------------------------------------------------- divergence
+def test_divergence_patience_sequence():
+    counter, flag = torch.zeros(1, dtype=torch.int32), torch.zeros(1, dtype=torch.int32)
+    ok, hi, lo, nan = [0.0, 5.0, 1.0, 0.0, 0.0], [0.0, 11.0, 1.0, 0.0, 0.0], [-11.0, 0.0, 1.0, 0.0, 0.0], [NAN] * 4 + [1.0]
+    edge = [-10.0, 10.0, 0.0, 0.0, 0.0]  # exactly at the threshold: fine
+    seq = [ok, hi, lo, ok, hi, nan, lo, edge, hi]
+    counters, flags = [], []
+    for s in seq:
+        K.divergence(torch.tensor(s), counter, flag, threshold=10.0, patience=3)
+        counters.append(int(counter))
+        flags.append(int(flag))
+    assert counters == [0, 1, 2, 0, 1, 2, 3, 0, 1]
+    assert flags == [0, 0, 0, 0, 0, 0, 1, 1, 1]  # sticky
+
+
+def test_divergence_counter_saturates():
+    counter, flag = torch.tensor([2**31 - 1], dtype=torch.int32), torch.zeros(1, dtype=torch.int32)
+    K.divergence(torch.tensor([NAN] * 4 + [1.0]), counter, flag, threshold=1.0, patience=5)
+    assert int(counter) == 2**31 - 1 and int(flag) == 1
+
+
+# ----------------------------------------------------------------------------- validation
+def _guard_bufs():
+    f = lambda: torch.zeros(1)  # noqa: E731
+    return dict(loss=f(), grad_norm=f(), warmup_done=f(), flags=torch.zeros(3, dtype=torch.int32),
+                clipped_loss=f(), loss_scale=f(), found_inf=f())
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (dict(loss=torch.zeros(1, dtype=torch.float64)), "loss must have dtype torch.float32"),
+        (dict(grad_norm=torch.zeros(2)), r"grad_norm must have shape \[1\]"),
+        (dict(flags=torch.zeros(3)), "flags must have dtype torch.int32"),
+        (dict(found_inf=torch.zeros(1, device="meta")), "found_inf must be on device cpu"),
+        (dict(warmup_done=float("nan")), "warmup_done"),
+        (dict(loss=[1.0]), "loss must be a torch.Tensor"),
+    ],
+)
+def test_bind_guard_check_errors(change, match):
+    bufs = {**_guard_bufs(), **change}
+    with pytest.raises(ValueError, match=match):
+        bind_guard_check(**bufs, loss_clip=1.0, collapse_threshold=0.0)
+
+
+def test_bind_option_errors():
+    with pytest.raises(ValueError, match="loss_clip"):
+        bind_guard_check(**_guard_bufs(), loss_clip=0.0, collapse_threshold=0.0)
+    with pytest.raises(ValueError, match="collapse_threshold"):
+        bind_guard_check(**_guard_bufs(), loss_clip=1.0, collapse_threshold=NAN)
+    c, f = torch.zeros(1, dtype=torch.int32), torch.zeros(1, dtype=torch.int32)
+    with pytest.raises(ValueError, match="patience"):
+        bind_divergence(torch.zeros(5), c, f, threshold=1.0, patience=0)
+    with pytest.raises(ValueError, match="threshold"):
+        bind_divergence(torch.zeros(5), c, f, threshold=INF, patience=1)
+    with pytest.raises(ValueError, match="counter must have dtype torch.int32"):
+        bind_divergence(torch.zeros(5), torch.zeros(1), f, threshold=1.0, patience=1)
+    with pytest.raises(ValueError, match="accum must have dtype torch.float64"):
+        bind_guard_accumulate(torch.zeros(1), torch.zeros(1), torch.zeros(3, dtype=torch.int32), torch.zeros(6))
+    with pytest.raises(ValueError, match="wide"):
+        bind_route(*_route_bufs(3), wide=NAN)
+
+
+def test_bind_qstats_errors():
+    q = torch.zeros(300, 5)
+    with pytest.raises(ValueError, match="scratch must have at least"):
+        bind_qstats(q, torch.zeros(5), torch.zeros(5))
+    with pytest.raises(ValueError, match="q must have at least one row"):
+        bind_qstats(torch.zeros(0, 5), torch.zeros(5), torch.zeros(5))
+    with pytest.raises(ValueError, match="q must be contiguous"):
+        bind_qstats(torch.zeros(5, 300).t(), torch.zeros(5), torch.zeros(10))
+    with pytest.raises(ValueError, match=r"out must have shape \[5\]"):
+        bind_qstats(q, torch.zeros(4), torch.zeros(10))
+    bind_qstats(q, torch.zeros(5), torch.zeros(qstats_scratch_numel(300)))
+
+
+def _select_bufs(n, a=5):
+    return torch.zeros(n, a), torch.zeros(1), torch.zeros(1, dtype=torch.int64), torch.zeros(n, dtype=torch.int64)
+
+
+def test_bind_select_errors():
+    q, eps, step, act = _select_bufs(7)
+    with pytest.raises(ValueError, match="step must have dtype torch.int64"):
+        bind_epsilon_greedy(q, eps, torch.zeros(1, dtype=torch.int32), act, seed=0)
+    with pytest.raises(ValueError, match=r"actions must have shape \[7\]"):
+        bind_epsilon_greedy(q, eps, step, torch.zeros(8, dtype=torch.int64), seed=0)
+    with pytest.raises(ValueError, match="seed"):
+        bind_epsilon_greedy(q, eps, step, act, seed=-5)
+    with pytest.raises(ValueError, match="epsilon must have shape"):
+        bind_epsilon_greedy(q, torch.zeros(()), step, act, seed=0)
+    with pytest.raises(ValueError, match="action column"):
+        bind_epsilon_greedy(torch.zeros(7, 0), eps, step, act, seed=0)
+    with pytest.raises(ValueError, match=r"q_order must have shape \[7, 3\]"):
+        bind_branching_select(torch.zeros(7, 5), torch.zeros(7, 4), torch.zeros(7, 3), eps, step, act, seed=0)
+    with pytest.raises(ValueError, match=r"q_exposure must have shape \[\*, 5\]"):
+        bind_branching_select(torch.zeros(7, 45), torch.zeros(7, 3), torch.zeros(7, 3), eps, step, act, seed=0)
+
+
+def _route_bufs(n):
+    f = lambda: torch.ones(n)  # noqa: E731
+    return torch.zeros(n, dtype=torch.int64), f(), f(), f(), f(), torch.zeros(n, dtype=torch.int64)
+
+
+def test_bind_route_errors():
+    e, s, ms, v, mv, a = _route_bufs(4)
+    with pytest.raises(ValueError, match="exposure must have dtype torch.int64"):
+        bind_route(e.int(), s, ms, v, mv, a)
+    with pytest.raises(ValueError, match=r"median_vol must have shape \[4\]"):
+        bind_route(e, s, ms, v, torch.ones(5), a)
+    with pytest.raises(ValueError, match="spread must have dtype torch.float32"):
+        bind_route(e, s.double(), ms, v, mv, a)
+
+
+def test_kernels_bind_returns_working_launcher():
+    e, s, ms, v, mv, a = _route_bufs(3)
+    s[1] = 2.0
+    launch = K.bind_route(e, s, ms, v, mv, a)
+    launch()
+    assert a.tolist() == [_ou(O.LIMIT, U.NORMAL), _ou(O.PASSIVE, U.NORMAL), _ou(O.LIMIT, U.NORMAL)]
+    q, eps, step, act = _select_bufs(4)
+    with pytest.raises(ValueError, match="actions must have dtype torch.int64"):
+        K.bind_epsilon_greedy(q, eps, step, act.int(), seed=0)
+    q[:, 3] = 1.0
+    K.bind_epsilon_greedy(q=q, epsilon=eps, step=step, actions=act, seed=0)()  # keyword form
+    assert act.tolist() == [3, 3, 3, 3]
+    meta = get_kernels("meta", backend="torch")
+    with pytest.raises(ValueError, match="these kernels are for meta"):
+        meta.bind_epsilon_greedy(q, eps, step, act, seed=0)
+
+
+# ----------------------------------------------------------------------------- backend switch
+def test_backend_switch():
+    assert get_kernels("cpu").backend == "torch"
+    assert get_kernels(torch.device("cpu"), backend="torch") is get_kernels("cpu")
+    with pytest.raises(ValueError, match="backend 'cuda' needs a CUDA device"):
+        get_kernels("cpu", backend="cuda")
+    with pytest.raises(ValueError, match="backend must be one of"):
+        get_kernels("cpu", backend="triton")
+    with pytest.raises(ValueError, match="backend must be one of"):
+        set_default_backend("gpu")
+    try:
+        set_default_backend("torch")
+        assert get_kernels("cpu").backend == "torch"
+        set_default_backend("cuda")
+        with pytest.raises(ValueError, match="CUDA device"):
+            get_kernels("cpu")
+        assert get_kernels("cpu", backend="torch").backend == "torch"  # explicit argument wins
+    finally:
+        set_default_backend(None)
+    assert get_kernels("cpu").backend == "torch"
+
+
+# ----------------------------------------------------------------------------- readback
+def test_async_readback_cpu():
+    rb = AsyncReadback(4, torch.float32, "cpu")
+    assert rb.poll() is False
+    with pytest.raises(RuntimeError, match="before start"):
+        rb.wait()
+    src = torch.arange(4.0).reshape(2, 2)
+    rb.start(src)
+    assert rb.poll() is True
+    src += 10  # the host copy was taken at start()
+    assert rb.wait().tolist() == [0.0, 1.0, 2.0, 3.0]
+    with pytest.raises(ValueError, match="src must have 4 elements"):
+        rb.start(torch.zeros(5))
+    with pytest.raises(ValueError, match="float32"):
+        rb.start(torch.zeros(4, dtype=torch.float64))
+    with pytest.raises(ValueError, match="numel"):
+        AsyncReadback(0, torch.float32, "cpu")
