@@ -1,0 +1,367 @@
+"""``GPUEnvRunner``: an RLlib EnvRunner stepping N batched trading envs on its device.
+
+Plug it in with::
+
+    config.env_runners(env_runner_cls=GPUEnvRunner, num_envs_per_env_runner=N,
+                       rollout_fragment_length=T, num_gpus_per_env_runner=...)
+
+``sample()`` runs one :class:`~rl_zerosync.env_runner.rollout.DeviceRollout` (T steps, no host
+read), then one packed device->host copy and one event wait, and returns a columnar rollout
+(``runner.output="columnar"``) or ``SingleAgentEpisode`` chunks built in bulk from that one host
+copy (``runner.output="episodes"``, for stock RLlib DQN). ``sample_device()`` keeps the rollout
+on the device for a learner in the same process; it still reads back the leading part of the
+buffer (actions, rewards, flags, metrics) once.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Collection, Dict, List, Optional, Union
+
+import gymnasium as gym
+import numpy as np
+import ray
+import torch
+from ray.rllib.core import COMPONENT_RL_MODULE, DEFAULT_AGENT_ID, DEFAULT_MODULE_ID
+from ray.rllib.core.rl_module.multi_rl_module import MultiRLModule
+from ray.rllib.env import INPUT_ENV_SPACES
+from ray.rllib.env.env_runner import EnvRunner
+from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+from ray.rllib.utils.annotations import override
+from ray.rllib.utils.checkpoints import Checkpointable
+from ray.rllib.utils.metrics import (
+    EPISODE_LEN_MAX,
+    EPISODE_LEN_MEAN,
+    EPISODE_LEN_MIN,
+    EPISODE_RETURN_MAX,
+    EPISODE_RETURN_MEAN,
+    EPISODE_RETURN_MIN,
+    NUM_AGENT_STEPS_SAMPLED,
+    NUM_AGENT_STEPS_SAMPLED_LIFETIME,
+    NUM_ENV_STEPS_SAMPLED,
+    NUM_ENV_STEPS_SAMPLED_LIFETIME,
+    NUM_EPISODES,
+    NUM_EPISODES_LIFETIME,
+    NUM_MODULE_STEPS_SAMPLED,
+    NUM_MODULE_STEPS_SAMPLED_LIFETIME,
+    SAMPLE_TIMER,
+    WEIGHTS_SEQ_NO,
+)
+from ray.rllib.utils.typing import ResultDict, StateDict
+
+from rl_zerosync.actions import NUM_ACTIONS, NUM_EXPOSURES
+from rl_zerosync.env_runner.episode_stats import EpisodeStatsTracker
+from rl_zerosync.env_runner.episodes import EpisodeBuilder
+from rl_zerosync.env_runner.rollout import EXPLORE, GREEDY, RANDOM, ROLLOUT_KEYS, ROUTING_KEYS, DeviceRollout
+from rl_zerosync.env_runner.settings import RunnerSettings, action_mode_from_model_config
+from rl_zerosync.env_runner.weights import copy_weights_in_place
+from rl_zerosync.envs import BatchedTradingEnv, EnvParams, FeatureConfig, make_market, summarize_metrics
+from rl_zerosync.kernels import get_kernels
+
+DEFAULT_EPSILON = [(0, 1.0), (10000, 0.05)]
+"""``DQNConfig.epsilon``'s default, for configs without an ``epsilon`` field."""
+TRADING_METRICS = "trading"
+"""Key under which the env's trading metrics (episode PnL, costs, turnover, action mix) are logged."""
+
+
+def observation_space(params: EnvParams, features: FeatureConfig) -> gym.spaces.Box:
+    """The trading env's observation space, built without market data (bounds as ``TradingGymEnv``:
+    clipped normalized returns, position within the exposure levels, clipped log ratios, progress)."""
+    d, k = params.observation_dim, params.window
+    low = np.full(d, -features.ratio_clip, dtype=np.float32)
+    high = np.full(d, features.ratio_clip, dtype=np.float32)
+    low[:k], high[:k] = -features.ret_clip, features.ret_clip
+    low[k] = min(params.exposure_levels + (0.0,))
+    high[k] = max(params.exposure_levels + (0.0,))
+    low[k + 3], high[k + 3] = 0.0, 1.0
+    return gym.spaces.Box(low=low, high=high, dtype=np.float32)
+
+
+def resolve_device(setting: str) -> torch.device:
+    """``RunnerSettings.device`` -> a torch device; ValueError for "cuda" without CUDA."""
+    if setting == "cuda" or (setting == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise ValueError("runner.device is 'cuda' but torch.cuda.is_available() is False")
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1 for GPUEnvRunner, got {value!r}")
+    return value
+
+
+class GPUEnvRunner(EnvRunner, Checkpointable):
+    """EnvRunner owning N batched trading envs and the inference Q module on one device.
+
+    Configuration: ``config.env_config = {"data": ..., "env": ..., "runner": ...}`` (see
+    ``docs/ARCHITECTURE.md``), ``config.model_config["action_mode"]`` ("routed" default,
+    "flat", "branching"), ``num_envs_per_env_runner`` = N, ``rollout_fragment_length`` = T.
+
+    The local runner (``worker_index == 0``) of a group that also has remote runners keeps its
+    module on the CPU and builds no envs until ``sample()`` is called on it.
+
+    Metrics (``get_metrics()``): RLlib's step/episode counters; ``episode_return_mean`` (sum of
+    rewards), ``episode_len_mean`` and their min/max, logged once per rollout over the episodes
+    it completed; ``epsilon`` (last step); under ``"trading"`` the env's per-episode means
+    (``episode_pnl_mean``, ``episode_cost_<type>_mean``, ``episode_turnover_mean``, ...; see
+    ``rl_zerosync.envs.summarize_metrics``) and the rollout's action mix (``mix_*``).
+
+    After every sample, ``last_extras`` holds the routing inputs each step saw (``spread``,
+    ``median_spread``, ``vol``, ``median_vol``: [T, N]) and the epsilon of each step ([T]), on
+    the same side (host or device) as the returned rollout.
+    """
+
+    @override(EnvRunner)
+    def __init__(self, *, config, **kwargs):
+        super().__init__(config=config, **kwargs)
+        self.worker_index = int(kwargs.get("worker_index") or 0)
+        env_config = self.config.env_config or {}
+        self.settings = RunnerSettings.from_env_config(env_config)
+        self.env_params = EnvParams.from_dict(env_config.get("env"))
+        self.num_envs = _positive_int("num_envs_per_env_runner", self.config.num_envs_per_env_runner)
+        self.num_steps = _positive_int(
+            "rollout_fragment_length", self.config.get_rollout_fragment_length(self.worker_index)
+        )
+        model_config = self.config.get_rl_module_spec(inference_only=True).model_config
+        self.action_mode = action_mode_from_model_config(model_config)
+        self._lazy = self.worker_index == 0 and (self.config.num_env_runners or 0) > 0
+        self.device = torch.device("cpu") if self._lazy else resolve_device(self.settings.device)
+        base_seed = self.settings.seed if self.settings.seed is not None else (self.config.seed or 0)
+        self.seed = int(base_seed) + self.worker_index
+        features = FeatureConfig.from_dict((env_config.get("data") or {}).get("features"))
+        self._observation_space = observation_space(self.env_params, features)
+        self._action_space = gym.spaces.Discrete(NUM_EXPOSURES if self.action_mode == "routed" else NUM_ACTIONS)
+        self._weights_seq_no = 0
+        self._rng_step = 0
+        self.env: Optional[BatchedTradingEnv] = None
+        self._rollout: Optional[DeviceRollout] = None
+        self._episodes: Optional[EpisodeBuilder] = None
+        self.last_extras: Dict[str, torch.Tensor] = {}
+        self.module = None
+        self.make_module()
+        if not self._lazy:
+            self.make_env()
+
+    # --- construction -------------------------------------------------------------------------
+    @override(EnvRunner)
+    def make_module(self) -> None:
+        spec = self.config.get_rl_module_spec(spaces=self.get_spaces(), inference_only=True)
+        self.module = spec.build().to(self.device)
+        self.module.eval()
+
+    @override(EnvRunner)
+    def make_env(self) -> None:
+        env_config = self.config.env_config or {}
+        data = make_market(env_config.get("data"), split=env_config.get("split", "train"))
+        offset = max(self.worker_index - 1, 0) * self.num_envs
+        self.env = BatchedTradingEnv(data, self.env_params, self.num_envs, self.device, env_id_offset=offset)
+        s = self.settings
+        self._rollout = DeviceRollout(
+            env=self.env,
+            module=self.module,
+            kernels=get_kernels(self.device),
+            action_mode=self.action_mode,
+            num_steps=self.num_steps,
+            epsilon=s.epsilon if s.epsilon is not None else getattr(self.config, "epsilon", DEFAULT_EPSILON),
+            seed=self.seed,
+            wide=s.wide,
+            high_vol=s.high_vol,
+            low_vol=s.low_vol,
+            env_step_increment=self.num_envs * max(int(self.config.num_env_runners or 0), 1),
+        )
+        self._episodes = EpisodeBuilder(self.num_envs, self._observation_space, self._action_space)
+
+    # --- sampling -----------------------------------------------------------------------------
+    @override(EnvRunner)
+    def sample(
+        self,
+        *,
+        num_timesteps: Optional[int] = None,
+        num_episodes: Optional[int] = None,
+        explore: Optional[bool] = None,
+        random_actions: bool = False,
+        force_reset: bool = False,
+        **kwargs,
+    ) -> Union[Dict[str, torch.Tensor], List[SingleAgentEpisode]]:
+        """Samples ``ceil(num_timesteps / (N * T))`` rollouts (default one) of T steps x N envs.
+
+        Returns the columnar rollout on the host (views of the pinned readback buffer, valid
+        until the next ``sample()``) or, with ``runner.output="episodes"``, episode chunks.
+        ``explore=False``: greedy (epsilon 0); ``random_actions=True``: epsilon 1.
+        """
+        if num_episodes is not None:
+            raise ValueError("GPUEnvRunner.sample: num_episodes is not supported; sample fixed fragments")
+        mode = self._mode(explore, random_actions)
+        if force_reset:
+            self._reset()
+        count = 1 if num_timesteps is None else max(1, math.ceil(num_timesteps / (self.num_envs * self.num_steps)))
+        if self.settings.output == "episodes":
+            return [e for _ in range(count) for e in self._sample_once(mode, device_output=False)]
+        if count == 1:
+            return self._sample_once(mode, device_output=False)
+        # Host views are overwritten by the next readback: copy each fragment out first.
+        outs = [{k: v.clone() for k, v in self._sample_once(mode, device_output=False).items()}
+                for _ in range(count)]
+        return {k: torch.cat([o[k] for o in outs], 0) for k in outs[0]}
+
+    def sample_device(self, *, explore: Optional[bool] = None, random_actions: bool = False) -> Dict[str, torch.Tensor]:
+        """One rollout kept on the device: the columnar dict as views of the device buffer.
+
+        Valid until the next sample; obs never cross to the host. The leading part of the
+        buffer (actions, rewards, flags, metrics) is still read back once for the metrics.
+        """
+        return self._sample_once(self._mode(explore, random_actions), device_output=True)
+
+    def _mode(self, explore: Optional[bool], random_actions: bool) -> str:
+        """Exploration mode of a sample: random (epsilon 1), explore (schedule) or greedy."""
+        if random_actions:
+            return RANDOM
+        explore = self.config.explore if explore is None else explore
+        return EXPLORE if explore else GREEDY
+
+    def _sample_once(
+        self, mode: str, *, device_output: bool
+    ) -> Union[Dict[str, torch.Tensor], List[SingleAgentEpisode]]:
+        """One rollout, one readback, metrics logged; the output per ``device_output`` / settings."""
+        if self._rollout is None:
+            self.make_env()
+        ro = self._rollout
+        with self.metrics.log_time(SAMPLE_TIMER):
+            ro.run(env_steps=self.num_env_steps_sampled_lifetime, rng_step=self._rng_step, mode=mode,
+                   graph=self.settings.graph)
+            host = ro.read_back(leading_only=device_output)
+            self._rng_step += self.num_steps
+            side = ro.views if device_output else host
+            self.last_extras = {k: side[k] for k in ROUTING_KEYS + ("epsilon",)}
+            if device_output or self.settings.output == "columnar":
+                out = {k: side[k] for k in ROLLOUT_KEYS}
+            else:
+                out = self._episodes.build(*(host[k].numpy() for k in (
+                    "obs", "next_obs", "actions", "rewards", "terminateds", "truncateds")))
+            self._log_rollout_metrics(host)
+        return out
+
+    def _reset(self) -> None:
+        """Resets every env (RNG step 0) and forgets running episodes."""
+        if self._rollout is None:
+            self.make_env()
+        self._rollout.reset()
+        self._episodes.reset()
+
+    # --- metrics ------------------------------------------------------------------------------
+    def _log_rollout_metrics(self, host: Dict[str, torch.Tensor]) -> None:
+        """Logs counts, episode stats, trading metrics and epsilon from the host copy."""
+        steps = self.num_envs * self.num_steps
+        stats = EpisodeStatsTracker.to_dict(host["stats"])
+        done = int(stats["count"])
+        self.num_env_steps_sampled_lifetime += steps
+        m = self.metrics
+        m.log_value(NUM_ENV_STEPS_SAMPLED, steps, reduce="sum")
+        m.log_value((NUM_AGENT_STEPS_SAMPLED, DEFAULT_AGENT_ID), steps, reduce="sum")
+        m.log_value((NUM_MODULE_STEPS_SAMPLED, DEFAULT_MODULE_ID), steps, reduce="sum")
+        m.log_value(NUM_EPISODES, done, reduce="sum")
+        m.log_value(NUM_ENV_STEPS_SAMPLED_LIFETIME, steps, reduce="lifetime_sum", with_throughput=True)
+        m.log_value((NUM_AGENT_STEPS_SAMPLED_LIFETIME, DEFAULT_AGENT_ID), steps, reduce="lifetime_sum")
+        m.log_value((NUM_MODULE_STEPS_SAMPLED_LIFETIME, DEFAULT_MODULE_ID), steps, reduce="lifetime_sum")
+        m.log_value(NUM_EPISODES_LIFETIME, done, reduce="lifetime_sum")
+        m.log_value("epsilon", float(host["epsilon"][-1]), window=1)  # host tensor, no device read
+        win = max(1, math.ceil(self.config.metrics_num_episodes_for_smoothing / (self.config.num_env_runners or 1)))
+        if done > 0:
+            m.log_value(EPISODE_RETURN_MEAN, stats["return_sum"] / done, window=win)
+            m.log_value(EPISODE_LEN_MEAN, stats["len_sum"] / done, window=win)
+            m.log_value(EPISODE_RETURN_MIN, stats["return_min"], reduce="min", window=win)
+            m.log_value(EPISODE_RETURN_MAX, stats["return_max"], reduce="max", window=win)
+            m.log_value(EPISODE_LEN_MIN, stats["len_min"], reduce="min", window=win)
+            m.log_value(EPISODE_LEN_MAX, stats["len_max"], reduce="max", window=win)
+        trading = summarize_metrics(host["env_metrics"].tolist())  # host tensor
+        for key, value in trading.items():
+            if key.startswith("episode_") and done == 0:
+                continue
+            if key in ("episodes", "env_steps"):
+                continue
+            m.log_value((TRADING_METRICS, key), value, window=win)
+
+    @override(EnvRunner)
+    def get_metrics(self) -> ResultDict:
+        return self.metrics.reduce()
+
+    # --- spaces, state, weights ---------------------------------------------------------------
+    @override(EnvRunner)
+    def get_spaces(self) -> Dict[str, Any]:
+        spaces = (self._observation_space, self._action_space)
+        return {INPUT_ENV_SPACES: spaces, DEFAULT_MODULE_ID: spaces}
+
+    @override(Checkpointable)
+    def get_state(
+        self,
+        components: Optional[Union[str, Collection[str]]] = None,
+        *,
+        not_components: Optional[Union[str, Collection[str]]] = None,
+        **kwargs,
+    ) -> StateDict:
+        state: StateDict = {NUM_ENV_STEPS_SAMPLED_LIFETIME: self.num_env_steps_sampled_lifetime}
+        if self._check_component(COMPONENT_RL_MODULE, components, not_components):
+            state[COMPONENT_RL_MODULE] = self.module.get_state(
+                components=self._get_subcomponents(COMPONENT_RL_MODULE, components),
+                not_components=self._get_subcomponents(COMPONENT_RL_MODULE, not_components),
+                **kwargs,
+            )
+            state[WEIGHTS_SEQ_NO] = self._weights_seq_no
+        return state
+
+    @override(Checkpointable)
+    def set_state(self, state: StateDict) -> None:
+        """Loads weights in place (only when newer, as RLlib's runners do) and the step count."""
+        if COMPONENT_RL_MODULE in state:
+            seq_no = state.get(WEIGHTS_SEQ_NO, 0)
+            if seq_no == 0 or self._weights_seq_no < seq_no:
+                weights = state[COMPONENT_RL_MODULE]
+                if isinstance(weights, ray.ObjectRef):
+                    weights = ray.get(weights)
+                if isinstance(weights, dict) and DEFAULT_MODULE_ID in weights:
+                    weights = weights[DEFAULT_MODULE_ID]
+                copy_weights_in_place(self.module, weights)
+            if seq_no > 0:
+                self._weights_seq_no = seq_no
+        if NUM_ENV_STEPS_SAMPLED_LIFETIME in state:
+            self.num_env_steps_sampled_lifetime = int(state[NUM_ENV_STEPS_SAMPLED_LIFETIME])
+
+    @property
+    def rollout(self) -> Optional[DeviceRollout]:
+        """The device rollout (buffers, readback sizes); None until the envs are built."""
+        return self._rollout
+
+    @property
+    def weights_seq_no(self) -> int:
+        """Sequence number of the weights last loaded (0: never synced)."""
+        return self._weights_seq_no
+
+    def load_weights_from_module(self, source: torch.nn.Module, *, weights_seq_no: int = 0) -> None:
+        """Copies a module's weights (e.g. the learner's, same process) in place, device to device."""
+        if isinstance(source, MultiRLModule):
+            source = source[DEFAULT_MODULE_ID]
+        if hasattr(source, "unwrapped"):
+            source = source.unwrapped()
+        copy_weights_in_place(self.module, source.state_dict())
+        if weights_seq_no > 0:
+            self._weights_seq_no = weights_seq_no
+
+    @override(Checkpointable)
+    def get_ctor_args_and_kwargs(self):
+        return ((), {"config": self.config})
+
+    @override(Checkpointable)
+    def get_checkpointable_components(self):
+        return [(COMPONENT_RL_MODULE, self.module)]
+
+    # --- lifecycle ----------------------------------------------------------------------------
+    @override(EnvRunner)
+    def assert_healthy(self):
+        assert self.module is not None, "GPUEnvRunner has no module"
+        assert self._lazy or self._rollout is not None, "GPUEnvRunner has no envs"
+
+    @override(EnvRunner)
+    def stop(self) -> None:
+        self._rollout = None
+        self.env = None

@@ -1,0 +1,268 @@
+"""The device rollout: T env steps of N batched envs with no host read, one packed readback.
+
+One env step (all on the envs' device, no host read):
+Q forward (inference mode) -> epsilon from the on-device schedule -> ``epsilon_greedy`` kernel
+(routed: Q[N, 5] -> exposure, then the ``route`` kernel with the env's current spread / median
+spread / vol / median vol; flat: Q[N, 45] -> factored action) or ``branching_select``
+(branching) -> env step -> rollout columns written in place into views of one flat buffer.
+
+After T steps: completed-episode statistics and the env's metrics vector are reduced into the same
+flat buffer, and one non-blocking copy of it (or of its leading part) goes to pinned host memory
+(:class:`~rl_zerosync.kernels.AsyncReadback`), followed by one event wait.
+
+Buffer layout (byte offsets aligned to 256), leading part first:
+``stats`` f64 | ``env_metrics`` f64 | ``epsilon`` [T] | ``actions`` | ``factored_actions`` | ``rewards`` |
+``terminateds`` | ``truncateds`` || ``spread`` | ``median_spread`` | ``vol`` | ``median_vol`` |
+``obs`` | ``next_obs``. The leading part (up to ``truncateds``) is what the same-GPU path reads.
+"""
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Dict, Optional, Sequence, Union
+
+import torch
+
+from rl_zerosync.actions import BRANCH_SIZES, NUM_ACTIONS, NUM_EXPOSURES
+from rl_zerosync.env_runner.episode_stats import NUM_STATS, EpisodeStatsTracker
+from rl_zerosync.env_runner.epsilon import DeviceEpsilonSchedule
+from rl_zerosync.env_runner.packed import Column, PackedColumns
+from rl_zerosync.envs.batched import BatchedTradingEnv
+from rl_zerosync.kernels import AsyncReadback, Kernels
+
+ROLLOUT_KEYS = (
+    "obs", "next_obs", "actions", "factored_actions", "rewards", "terminateds", "truncateds",
+)
+"""Keys of the columnar rollout (docs/ARCHITECTURE.md, "Columnar rollout")."""
+ROUTING_KEYS = ("spread", "median_spread", "vol", "median_vol")
+"""Routing inputs recorded per step (the values the routing rule saw)."""
+LEADING_KEYS = (
+    "stats", "env_metrics", "epsilon", "actions", "factored_actions", "rewards", "terminateds", "truncateds",
+)
+
+EXPLORE, GREEDY, RANDOM = "explore", "greedy", "random"
+
+
+class DeviceRollout:
+    """Preallocated buffers and the T-step device loop for one ``BatchedTradingEnv``.
+
+    Args:
+        env: The batched envs (their device is the rollout's device).
+        module: Inference copy of the Q module on the same device (``q_values`` / ``branch_q``).
+        kernels: ``get_kernels(device)``.
+        action_mode: "routed", "flat" or "branching".
+        num_steps: T, steps per rollout.
+        epsilon: Epsilon schedule (float or [(step, value), ...]) over global env steps.
+        seed: Seed of the action RNG.
+        wide, high_vol, low_vol: Routing thresholds.
+        env_step_increment: Advance of the global env-step count (epsilon's t) per env step;
+            default N (``num_envs x num_env_runners`` mirrors ``SingleAgentEnvRunner``).
+    """
+
+    def __init__(
+        self,
+        *,
+        env: BatchedTradingEnv,
+        module: torch.nn.Module,
+        kernels: Kernels,
+        action_mode: str,
+        num_steps: int,
+        epsilon: Union[float, Sequence[Sequence[Union[int, float]]]],
+        seed: int,
+        wide: float,
+        high_vol: float,
+        low_vol: float,
+        env_step_increment: Optional[int] = None,
+    ) -> None:
+        if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
+            raise ValueError(f"rollout_fragment_length must be an int >= 1, got {num_steps!r}")
+        self.env, self.module, self.kernels = env, module, kernels
+        self.action_mode = action_mode
+        self.device = env.device
+        self.num_envs = n = env.num_envs
+        self.num_steps = t = num_steps
+        self.obs_dim = d = env.observation_dim
+        self.seed = int(seed)
+        self.env_step_increment = int(env_step_increment or n)
+        self.route_kwargs = dict(wide=wide, high_vol=high_vol, low_vol=low_vol)
+        f32, i64 = torch.float32, torch.int64
+        self.packed = PackedColumns(
+            [
+                Column("stats", torch.float64, (NUM_STATS,)),
+                Column("env_metrics", torch.float64, (env.metrics_vector().numel(),)),
+                Column("epsilon", f32, (t,)),
+                Column("actions", i64, (t, n)),
+                Column("factored_actions", i64, (t, n)),
+                Column("rewards", f32, (t, n)),
+                Column("terminateds", torch.bool, (t, n)),
+                Column("truncateds", torch.bool, (t, n)),
+                *[Column(k, f32, (t, n)) for k in ROUTING_KEYS],
+                Column("obs", f32, (t, n, d)),
+                Column("next_obs", f32, (t, n, d)),
+            ],
+            self.device,
+        )
+        self.views = self.packed.views
+        self.leading_nbytes = self.packed.end_of("truncateds")
+        dev = dict(device=self.device)
+        self.schedule = DeviceEpsilonSchedule(epsilon, self.device)
+        self._eps_scale = torch.ones(1, dtype=f32, **dev)
+        self._eps_offset = torch.zeros(1, dtype=f32, **dev)
+        self.env_steps = torch.zeros(1, dtype=i64, **dev)  # global env steps (epsilon's t)
+        self.rng_step = torch.zeros(1, dtype=i64, **dev)  # action RNG counter, +1 per step
+        self.cur_obs = torch.zeros(n, d, dtype=f32, **dev)
+        self.stats = EpisodeStatsTracker(t, n, self.device)
+        self._bind_kernels()
+        self._full_readback: Optional[AsyncReadback] = None
+        self._leading_readback: Optional[AsyncReadback] = None
+        self._graph: Optional[torch.cuda.CUDAGraph] = None
+        self.reset()
+
+    @property
+    def graph_captured(self) -> bool:
+        """True once a CUDA graph of the rollout has been captured (replayed from then on)."""
+        return self._graph is not None
+
+    # --- setup --------------------------------------------------------------------------------
+    def _bind_kernels(self) -> None:
+        """Allocates the Q buffers and validates every kernel's buffers once."""
+        n, k = self.num_envs, self.kernels
+        v = self.views
+        q_width = {"routed": NUM_EXPOSURES, "flat": NUM_ACTIONS}.get(self.action_mode)
+        if self.action_mode == "branching":
+            self._q = tuple(torch.zeros(n, b, device=self.device) for b in BRANCH_SIZES)
+            k.bind_branching_select(*self._q, v["epsilon"][0:1], self.rng_step, v["factored_actions"][0],
+                                    seed=self.seed)
+        elif q_width is not None:
+            self._q = (torch.zeros(n, q_width, device=self.device),)
+            k.bind_epsilon_greedy(self._q[0], v["epsilon"][0:1], self.rng_step, v["actions"][0], seed=self.seed)
+            if self.action_mode == "routed":
+                k.bind_route(v["actions"][0], *(v[r][0] for r in ROUTING_KEYS), v["factored_actions"][0],
+                             **self.route_kwargs)
+        else:
+            raise ValueError(f"action_mode must be one of ('routed', 'flat', 'branching'), got {self.action_mode!r}")
+
+    def reset(self) -> None:
+        """Resets every env and forgets running episodes and the captured graph."""
+        self.cur_obs.copy_(self.env.reset())
+        self.stats.reset()
+        self._graph = None
+
+    # --- the hot path -------------------------------------------------------------------------
+    def _select(self, t: int) -> None:
+        """Q forward and action selection for step ``t`` (writes actions[t], factored_actions[t])."""
+        v, k = self.views, self.kernels
+        obs_t = v["obs"][t]
+        with torch.inference_mode():
+            if self.action_mode == "branching":
+                for buf, part in zip(self._q, self.module.branch_q(obs_t)):
+                    buf.copy_(part)
+            else:
+                self._q[0].copy_(self.module.q_values(obs_t))
+        eps = v["epsilon"][t:t + 1]
+        self.schedule.evaluate(self.env_steps, eps)
+        eps.mul_(self._eps_scale).add_(self._eps_offset)
+        if self.action_mode == "branching":
+            k.branching_select(*self._q, eps, self.rng_step, v["factored_actions"][t], seed=self.seed)
+            v["actions"][t].copy_(v["factored_actions"][t])
+        else:
+            k.epsilon_greedy(self._q[0], eps, self.rng_step, v["actions"][t], seed=self.seed)
+            if self.action_mode == "routed":
+                k.route(v["actions"][t], *(v[r][t] for r in ROUTING_KEYS), v["factored_actions"][t],
+                        **self.route_kwargs)
+            else:
+                v["factored_actions"][t].copy_(v["actions"][t])
+
+    def _step(self, t: int) -> None:
+        """One env step ``t`` of the rollout, entirely on the device."""
+        v, env = self.views, self.env
+        for r in ROUTING_KEYS:
+            v[r][t].copy_(getattr(env, r))
+        self._select(t)
+        obs, reward, terminated, truncated = env.step(v["factored_actions"][t])
+        v["rewards"][t].copy_(reward)
+        v["terminateds"][t].copy_(terminated)
+        v["truncateds"][t].copy_(truncated)
+        done = (terminated | truncated).unsqueeze(1)
+        torch.where(done, env.final_obs, obs, out=v["next_obs"][t])
+        (v["obs"][t + 1] if t + 1 < self.num_steps else self.cur_obs).copy_(obs)
+        self.rng_step.add_(1)
+        self.env_steps.add_(self.env_step_increment)
+
+    def _rollout_body(self) -> None:
+        """T steps plus the end-of-rollout reductions into the flat buffer (no host read)."""
+        v = self.views
+        v["obs"][0].copy_(self.cur_obs)
+        with torch.no_grad():
+            for t in range(self.num_steps):
+                self._step(t)
+            self.stats.update(v["rewards"], v["terminateds"], v["truncateds"], v["stats"])
+            v["env_metrics"].copy_(self.env.metrics_vector())
+            self.env.reset_metrics()
+
+    # --- CUDA graph ---------------------------------------------------------------------------
+    def _capture(self) -> None:
+        """Captures one whole rollout in a CUDA graph (after an eager warm-up rollout).
+
+        The env rebinds its state (a dataclass of tensors), ``final_obs`` and routing inputs at
+        every step. The captured region ends by copying their final values into the tensors the
+        first step reads, and the env is pointed back at those, so each replay continues where
+        the previous one stopped.
+        """
+        env = self.env
+        carried = {name: getattr(env, name) for name in ("final_obs", *ROUTING_KEYS)}
+        state0 = env.state
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            self._rollout_body()
+            final = env.state
+            for f in fields(state0):
+                first, last = getattr(state0, f.name), getattr(final, f.name)
+                if isinstance(first, torch.Tensor) and first is not last:
+                    first.copy_(last)
+            for name, first in carried.items():
+                first.copy_(getattr(env, name))
+        env.state = state0
+        for name, first in carried.items():
+            setattr(env, name, first)
+        self._graph = graph
+
+    def run(self, *, env_steps: int, rng_step: int, mode: str, graph: bool) -> None:
+        """Enqueues one rollout. ``env_steps``: global env steps so far (epsilon's t);
+        ``rng_step``: action RNG counter; ``mode``: explore / greedy (eps 0) / random (eps 1)."""
+        scale, offset = {EXPLORE: (1.0, 0.0), GREEDY: (0.0, 0.0), RANDOM: (0.0, 1.0)}[mode]
+        self._eps_scale.fill_(scale)
+        self._eps_offset.fill_(offset)
+        self.env_steps.fill_(env_steps)
+        self.rng_step.fill_(rng_step)
+        use_graph = graph and self.device.type == "cuda"
+        if self._graph is not None and use_graph:
+            self._graph.replay()
+            return
+        if not use_graph:
+            self._rollout_body()
+            return
+        # First graph rollout: eager on a side stream (warm-up, and this call's data), then capture.
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            self._rollout_body()
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        self._capture()  # records only: the buffers keep the warm-up rollout's data
+
+    # --- readback -----------------------------------------------------------------------------
+    def read_back(self, *, leading_only: bool) -> Dict[str, torch.Tensor]:
+        """One device->host copy of the whole flat buffer (or its leading part), one event wait.
+
+        Returns host views (valid until the next readback of the same kind).
+        """
+        if leading_only:
+            if self._leading_readback is None:
+                self._leading_readback = AsyncReadback(self.leading_nbytes, torch.uint8, self.device)
+            rb, src, names = self._leading_readback, self.packed.flat[: self.leading_nbytes], LEADING_KEYS
+        else:
+            if self._full_readback is None:
+                self._full_readback = AsyncReadback(self.packed.flat.numel(), torch.uint8, self.device)
+            rb, src, names = self._full_readback, self.packed.flat, None
+        rb.start(src)
+        host = rb.wait()  # host read: the one boundary per rollout (event wait on this copy only)
+        return self.packed.views_of(host, names=names)

@@ -1,0 +1,122 @@
+"""Typed settings of the GPU env runner, read from ``config.env_config["runner"]``."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Any, Mapping, Optional, Sequence, Tuple, Union
+
+OUTPUTS = ("columnar", "episodes")
+DEVICES = ("auto", "cpu", "cuda")
+ACTION_MODES = ("routed", "flat", "branching")
+
+EpsilonSchedule = Tuple[Tuple[int, float], ...]
+
+
+def normalize_epsilon_schedule(
+    value: Union[float, int, Sequence[Sequence[Union[int, float]]]], *, field: str = "epsilon"
+) -> EpsilonSchedule:
+    """Validates an epsilon schedule and returns it as ``((t0, v0), (t1, v1), ...)``.
+
+    Accepts a constant in [0, 1] (returned as ``((0, value),)``) or RLlib's piecewise-linear
+    form ``[(0, v0), (t1, v1), ...]``: integer env-step breakpoints starting at 0 (as RLlib's
+    ``Scheduler`` requires), strictly increasing, values in [0, 1]. Raises ValueError naming
+    ``field`` otherwise.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"{field} must be a float in [0, 1] or a list of (step, value) pairs, got {value!r}")
+    if isinstance(value, (int, float)):
+        pairs: list = [(0, value)]
+    else:
+        try:
+            pairs = [tuple(p) for p in value]
+        except TypeError:
+            raise ValueError(
+                f"{field} must be a float in [0, 1] or a list of (step, value) pairs, got {value!r}"
+            ) from None
+    if not pairs:
+        raise ValueError(f"{field} must hold at least one (step, value) pair, got an empty list")
+    out = []
+    for i, pair in enumerate(pairs):
+        if len(pair) != 2:
+            raise ValueError(f"{field}[{i}] must be a (step, value) pair, got {pair!r}")
+        t, v = pair
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or t != int(t) or t < 0:
+            raise ValueError(f"{field}[{i}] step must be an integer >= 0, got {t!r}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0.0 <= float(v) <= 1.0):
+            raise ValueError(f"{field}[{i}] value must be a float in [0, 1], got {v!r}")
+        if out and int(t) <= out[-1][0]:
+            raise ValueError(
+                f"{field} steps must be strictly increasing, got {out[-1][0]} then {int(t)} at index {i}"
+            )
+        out.append((int(t), float(v)))
+    if out[0][0] != 0:
+        raise ValueError(f"{field}[0] step must be 0, got {out[0][0]}")
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    """Settings of :class:`~rl_zerosync.env_runner.GPUEnvRunner` (``env_config["runner"]``)."""
+
+    output: str = "columnar"
+    """What ``sample()`` returns: "columnar" (dict of [T, N, ...] tensors) or "episodes"."""
+    device: str = "auto"
+    """Where envs and the inference module live: "auto" (CUDA when available), "cpu" or "cuda"."""
+    graph: bool = False
+    """Capture the T-step rollout in one CUDA graph and replay it (CUDA only; eager otherwise)."""
+    seed: Optional[int] = None
+    """Seed of the action RNG and the envs; None: ``config.seed`` or 0. Worker index is added."""
+    epsilon: Optional[Any] = None
+    """Epsilon schedule override (float or [(step, value), ...]); None: ``config.epsilon``."""
+    wide: float = 1.5
+    """Routing: spread / median spread at or above this is a wide spread."""
+    high_vol: float = 1.5
+    """Routing: vol / median vol at or above this is high volatility."""
+    low_vol: float = 0.75
+    """Routing: vol / median vol at or below this gets LOW urgency."""
+
+    def __post_init__(self) -> None:
+        if self.output not in OUTPUTS:
+            raise ValueError(f"runner.output must be one of {OUTPUTS}, got {self.output!r}")
+        if self.device not in DEVICES:
+            raise ValueError(f"runner.device must be one of {DEVICES}, got {self.device!r}")
+        if not isinstance(self.graph, bool):
+            raise ValueError(f"runner.graph must be a bool, got {self.graph!r}")
+        if self.seed is not None and (
+            isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0
+        ):
+            raise ValueError(f"runner.seed must be None or an integer >= 0, got {self.seed!r}")
+        if self.epsilon is not None:
+            object.__setattr__(
+                self, "epsilon", normalize_epsilon_schedule(self.epsilon, field="runner.epsilon")
+            )
+        for name in ("wide", "high_vol", "low_vol"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                raise ValueError(f"runner.{name} must be a finite number > 0, got {v!r}")
+            object.__setattr__(self, name, float(v))
+        if self.low_vol > self.high_vol:
+            raise ValueError(
+                f"runner.low_vol must be <= runner.high_vol, got low_vol={self.low_vol}, "
+                f"high_vol={self.high_vol}"
+            )
+
+    @classmethod
+    def from_env_config(cls, env_config: Optional[Mapping[str, Any]]) -> "RunnerSettings":
+        """Builds the settings from ``env_config["runner"]`` (missing: defaults)."""
+        runner_cfg = (env_config or {}).get("runner") or {}
+        if not isinstance(runner_cfg, Mapping):
+            raise ValueError(f"env_config['runner'] must be a mapping, got {type(runner_cfg).__name__}")
+        allowed = tuple(f.name for f in fields(cls))
+        unknown = sorted(set(runner_cfg) - set(allowed))
+        if unknown:
+            raise ValueError(f"env_config['runner'] has unknown keys {unknown}; allowed: {allowed}")
+        return cls(**runner_cfg)
+
+
+def action_mode_from_model_config(model_config: Optional[Mapping[str, Any]]) -> str:
+    """``model_config["action_mode"]`` (default "routed"), validated."""
+    mode = (model_config or {}).get("action_mode", "routed")
+    if mode not in ACTION_MODES:
+        raise ValueError(f"model_config['action_mode'] must be one of {ACTION_MODES}, got {mode!r}")
+    return mode
