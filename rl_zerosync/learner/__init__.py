@@ -1,0 +1,16 @@
+"""Zero-sync DQN learner: RLlib glue, device replay buffer, guard state and graph capture."""
+from rl_zerosync.learner.dqn_learner import COMPONENT_ZEROSYNC, ZeroSyncDQNTorchLearner
+from rl_zerosync.learner.guard import METRIC_NAMES, TrainingGuard, TrainingHalted
+from rl_zerosync.learner.replay import DeviceReplayBuffer, ReplaySample
+from rl_zerosync.learner.settings import LearnerSettings
+
+__all__ = [
+    "COMPONENT_ZEROSYNC",
+    "DeviceReplayBuffer",
+    "LearnerSettings",
+    "METRIC_NAMES",
+    "ReplaySample",
+    "TrainingGuard",
+    "TrainingHalted",
+    "ZeroSyncDQNTorchLearner",
+]

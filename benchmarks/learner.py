@@ -1,0 +1,256 @@
+"""Learner update benchmark: stock RLlib DQN update vs the zero-sync learner (eager and graphed).
+
+How to run:
+    python benchmarks/learner.py                 # one GPU, batch sizes 256, 1024, 8192
+    python benchmarks/learner.py --quick         # small, runs on CPU too
+
+Variants (same network: the flat ZeroSyncQModule, obs 32 -> 2x256 ReLU -> 45 Q-values, Adam,
+grad clip 40, double DQN, Huber):
+
+* ``stock``: RLlib's ``DQNTorchLearner`` driven the way ``DQN.training_step`` drives it, one
+  ``learner_group.update(batch=..., timesteps=...)`` call per update. The batch is already a
+  device-resident ``MultiAgentBatch``, so the learner connector and the host->device copy are
+  *not* timed (stock's best case).
+* ``ours_eager``: ``ZeroSyncDQNTorchLearner.train(K)`` with ``graph: false`` (device replay
+  sampling, guard, fused Adam, Q stats, priorities-free uniform replay).
+* ``ours_graph``: the same, captured once in a CUDA graph and replayed.
+
+Measured per variant and batch size: median microseconds per update over repeats of K updates
+(CUDA events around the K updates; host clock after synchronize on CPU), updates/s, and
+synchronizing CUDA calls per update (``torch.cuda.set_sync_debug_mode("warn")`` + counted
+warnings). Writes JSON (``--out``, default ``benchmarks/results/learner.json``) with a top-level
+``summary``: ``syncs_per_update`` (ours, graphed; max over batch sizes), ``speedup_vs_stock_b256``,
+``speedup_vs_stock_b8192`` (stock us / graphed us).
+
+Results to expect on one H200: 0 syncs per update for ours (graphed and eager), tens of syncs for
+stock; graphed >= 30x faster than stock at batch 256 and >= 10x at 8192.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import logging
+import os
+import platform
+import statistics
+import sys
+import time
+import warnings
+from typing import Callable, Dict, List, Optional
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+import ray
+from ray.rllib.algorithms.dqn import DQNConfig
+from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
+from ray.rllib.utils.metrics import NUM_AGENT_STEPS_SAMPLED_LIFETIME, NUM_ENV_STEPS_SAMPLED_LIFETIME
+
+from rl_zerosync.learner import ZeroSyncDQNTorchLearner
+from rl_zerosync.module import make_module_spec
+
+OBS_DIM = 32
+NUM_ACTIONS = 45
+MID = "default_policy"
+
+
+def make_config(*, batch: int, hidden: List[int], cuda: bool, learner_class=None, zerosync=None) -> DQNConfig:
+    cfg = (
+        DQNConfig()
+        .training(lr=1e-4, gamma=0.99, n_step=1, grad_clip=40.0, train_batch_size_per_learner=batch,
+                  target_network_update_freq=500)
+        .rl_module(rl_module_spec=make_module_spec(action_mode="flat", hidden=hidden))
+        .learners(num_learners=0, num_gpus_per_learner=1 if cuda else 0)
+        .debugging(seed=0)
+    )
+    if learner_class is not None:
+        cfg = cfg.learners(learner_class=learner_class, learner_config_dict={"zerosync": zerosync or {}})
+    return cfg
+
+
+def spaces():
+    return {MID: (gym.spaces.Box(-1.0, 1.0, (OBS_DIM,), np.float32), gym.spaces.Discrete(NUM_ACTIONS))}
+
+
+def random_rollout(t_len: int, n_envs: int, device: torch.device) -> Dict[str, torch.Tensor]:
+    g = torch.Generator(device="cpu").manual_seed(0)
+    ro = {
+        "obs": torch.randn(t_len, n_envs, OBS_DIM, generator=g),
+        "next_obs": torch.randn(t_len, n_envs, OBS_DIM, generator=g),
+        "actions": torch.randint(0, NUM_ACTIONS, (t_len, n_envs), generator=g),
+        "factored_actions": torch.randint(0, NUM_ACTIONS, (t_len, n_envs), generator=g),
+        "rewards": torch.randn(t_len, n_envs, generator=g),
+        "terminateds": torch.rand(t_len, n_envs, generator=g) < 0.01,
+        "truncateds": torch.zeros(t_len, n_envs, dtype=torch.bool),
+    }
+    return {k: v.to(device) for k, v in ro.items()}
+
+
+def time_updates(run_k: Callable[[], None], k: int, *, repeats: int, warmup: int, device: torch.device) -> float:
+    """Median microseconds per update over ``repeats`` runs of ``k`` updates."""
+    for _ in range(warmup):
+        run_k()
+    cuda = device.type == "cuda"
+    samples = []
+    for _ in range(repeats):
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            start.record()
+            run_k()
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end) * 1e3 / k)
+        else:
+            t0 = time.perf_counter()
+            run_k()
+            samples.append((time.perf_counter() - t0) * 1e6 / k)
+    return statistics.median(samples)
+
+
+def count_syncs(run_k: Callable[[], None], k: int, device: torch.device) -> Optional[float]:
+    """Synchronizing CUDA calls per update (None on CPU)."""
+    if device.type != "cuda":
+        return None
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            run_k()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    n = sum(1 for w in caught if "synchroniz" in str(w.message).lower())
+    return n / k
+
+
+def bench_stock(batch: int, args, device: torch.device) -> Dict[str, float]:
+    cuda = device.type == "cuda"
+    group = make_config(batch=batch, hidden=args.hidden, cuda=cuda).build_learner_group(spaces=spaces())
+    ro = random_rollout(1, batch, device)
+    cols = {
+        "obs": ro["obs"][0], "new_obs": ro["next_obs"][0], "actions": ro["actions"][0],
+        "rewards": ro["rewards"][0], "terminateds": ro["terminateds"][0],
+        "weights": torch.ones(batch, device=device), "n_step": torch.ones(batch, dtype=torch.int64, device=device),
+    }
+    mab = MultiAgentBatch({MID: SampleBatch(cols)}, env_steps=batch)
+    step = [0]
+
+    def run_k() -> None:
+        for _ in range(args.k):
+            step[0] += batch
+            group.update(batch=mab, timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: step[0],
+                                               NUM_AGENT_STEPS_SAMPLED_LIFETIME: step[0]})
+
+    us = time_updates(run_k, args.k, repeats=args.repeats, warmup=1, device=device)
+    syncs = count_syncs(run_k, args.k, device)
+    group.shutdown()
+    return {"median_us": us, "syncs_per_update": syncs}
+
+
+def bench_ours(batch: int, graph: bool, args, device: torch.device) -> Dict[str, float]:
+    cuda = device.type == "cuda"
+    cfg = make_config(batch=batch, hidden=args.hidden, cuda=cuda, learner_class=ZeroSyncDQNTorchLearner,
+                      zerosync={"replay_capacity": args.capacity, "graph": graph})
+    learner = cfg.build_learner(spaces=spaces())
+    learner.replay.add(random_rollout(max(1, args.capacity // 1000), 1000, device))
+
+    def run_k() -> None:
+        learner.train(args.k)
+
+    us = time_updates(run_k, args.k, repeats=args.repeats, warmup=1, device=device)
+    syncs = count_syncs(run_k, args.k, device)
+    metrics = learner.collect_metrics()  # the per-iteration boundary read, outside the timing
+    return {"median_us": us, "syncs_per_update": syncs, "skipped": metrics["skipped"],
+            "captured": bool(learner._graphed is not None and learner._graphed.captured)}
+
+
+def hardware(device: torch.device) -> Dict[str, str]:
+    info = {"platform": platform.platform(), "cpu": platform.processor() or platform.machine(),
+            "cpu_count": str(os.cpu_count()), "python": sys.version.split()[0], "torch": torch.__version__,
+            "ray": ray.__version__}
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+        info["cuda"] = str(torch.version.cuda)
+    try:
+        import cupy
+
+        info["cupy"] = cupy.__version__
+    except Exception:  # cupy is optional
+        info["cupy"] = "not installed"
+    return info
+
+
+def main(argv: Optional[List[str]] = None) -> Dict:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="small sizes; runs on CPU")
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    p.add_argument("--out", default="benchmarks/results/learner.json")
+    args = p.parse_args(argv)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    logging.getLogger("ray").setLevel(logging.ERROR)
+    if device.type == "cuda":
+        # RLlib's get_device() consults the Ray runtime context to place the learner on the GPU.
+        ray.init(num_cpus=8, include_dashboard=False, ignore_reinit_error=True, logging_level=logging.ERROR)
+    if args.quick:
+        args.batch_sizes, args.k, args.repeats, args.capacity, args.hidden = [32, 128], 5, 3, 2000, [64, 64]
+    else:
+        args.batch_sizes, args.k, args.repeats, args.capacity, args.hidden = [256, 1024, 8192], 50, 5, 100_000, [256, 256]
+
+    rows = []
+    for b in args.batch_sizes:
+        stock = bench_stock(b, args, device)
+        eager = bench_ours(b, False, args, device)
+        graphed = bench_ours(b, True, args, device) if device.type == "cuda" else None
+        for name, r in (("stock", stock), ("ours_eager", eager), ("ours_graph", graphed)):
+            if r is None:
+                continue
+            rows.append({"variant": name, "batch_size": b, **r, "updates_per_s": 1e6 / r["median_us"],
+                         "speedup_vs_stock": stock["median_us"] / r["median_us"]})
+
+    print(f"{'variant':<11} {'batch':>6} {'median us':>11} {'updates/s':>11} {'syncs/upd':>10} {'x stock':>8}")
+    for r in rows:
+        syncs = "n/a" if r["syncs_per_update"] is None else f"{r['syncs_per_update']:.2f}"
+        print(f"{r['variant']:<11} {r['batch_size']:>6} {r['median_us']:>11.1f} {r['updates_per_s']:>11.1f} "
+              f"{syncs:>10} {r['speedup_vs_stock']:>8.2f}")
+
+    def speedup(b: int) -> Optional[float]:
+        hits = [r for r in rows if r["variant"] == "ours_graph" and r["batch_size"] == b]
+        return hits[0]["speedup_vs_stock"] if hits else None
+
+    graph_syncs = [r["syncs_per_update"] for r in rows if r["variant"] == "ours_graph"]
+    summary = {
+        "syncs_per_update": max(graph_syncs) if graph_syncs and None not in graph_syncs else None,
+        "speedup_vs_stock_b256": speedup(256),
+        "speedup_vs_stock_b8192": speedup(8192),
+    }
+    summary["targets_met"] = (
+        summary["syncs_per_update"] == 0
+        and (summary["speedup_vs_stock_b256"] or 0) >= 30
+        and (summary["speedup_vs_stock_b8192"] or 0) >= 10
+    )
+    result = {
+        "name": "learner",
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "hardware": hardware(device),
+        "config": {"device": str(device), "quick": args.quick, "batch_sizes": args.batch_sizes,
+                   "updates_per_repeat": args.k, "repeats": args.repeats, "obs_dim": OBS_DIM,
+                   "num_actions": NUM_ACTIONS, "hidden": args.hidden, "replay_capacity": args.capacity,
+                   "stock_input": "device-resident MultiAgentBatch (learner connector not timed)"},
+        "results": rows,
+        "summary": summary,
+    }
+    print("summary:", json.dumps(summary))
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=2)
+    print(f"wrote {args.out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

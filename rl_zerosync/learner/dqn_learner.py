@@ -1,0 +1,259 @@
+"""`ZeroSyncDQNTorchLearner`: RLlib's DQNTorchLearner with a zero-sync update.
+
+One update (:meth:`ZeroSyncDQNTorchLearner._zero_sync_step`), entirely on the device:
+forward through ``self.module[mid]`` (the DDP wrapper when ``num_learners > 1``, so gradients are
+all-reduced in backward) -> TD loss (:mod:`rl_zerosync.learner.loss`) -> backward -> global grad
+norm (``torch._foreach_norm`` + ``vector_norm``) -> ``guard_check`` -> gradients scaled by
+``loss_scale * clip_coef`` -> fused Adam whose ``found_inf`` is the guard's (a non-finite step is
+skipped on the device: parameters, moments and step count stay bit-identical) -> accumulators,
+Q stats, divergence. With the device replay, sampling and the priority update join it, and on CUDA
+the whole thing is captured once in a CUDA graph and replayed (:class:`GraphedUpdate`).
+
+Two ways to drive it:
+
+* ``learner.replay.add(rollout)``, ``learner.train(K)``, ``learner.collect_metrics()`` (the
+  zero-sync algorithm): K updates with no host read; one readback per iteration.
+* Drop-in for stock DQN (``config.learners(learner_class=ZeroSyncDQNTorchLearner)``):
+  ``Learner.update()`` builds the batch with RLlib's learner connector and runs the same step
+  (eager); it logs ``td_error`` for DQN's priority update and reads the guard back once per
+  ``update()`` call (the stock loop's per-iteration boundary).
+
+Differences from stock DQNTorchLearner: fused Adam with a float lr (schedules rejected); the global
+norm clip also runs when the loss was clipped (the clipped loss drives the gradient); a
+non-finite step is skipped instead of stepping with zeroed gradients; no per-update metrics
+(``qf_loss``, ``qf_mean``, ...) but the per-iteration guard metrics of
+:mod:`rl_zerosync.learner.guard`; in ``train()`` the target network is updated every
+``target_network_update_freq`` *updates* (drop-in ``update()`` keeps RLlib's env-step meaning);
+distributional DQN (``num_atoms > 1``) and multi-module setups are not supported.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Collection, Dict, List, Optional, Tuple, Union
+
+import torch
+
+from ray.rllib.algorithms.dqn.torch.dqn_torch_learner import DQNTorchLearner
+from ray.rllib.core.columns import Columns
+from ray.rllib.utils.annotations import override
+from ray.rllib.utils.metrics import TD_ERROR_KEY
+from ray.rllib.utils.typing import ModuleID, StateDict
+
+from rl_zerosync.kernels import get_kernels
+from rl_zerosync.learner.graph import GraphedUpdate
+from rl_zerosync.learner.guard import TrainingGuard
+from rl_zerosync.learner.loss import td_loss
+from rl_zerosync.learner.replay import DeviceReplayBuffer, ReplaySample
+from rl_zerosync.learner.settings import LearnerSettings
+from rl_zerosync.learner.targets import TargetUpdater
+
+__all__ = ["ZeroSyncDQNTorchLearner", "COMPONENT_ZEROSYNC"]
+
+logger = logging.getLogger(__name__)
+
+COMPONENT_ZEROSYNC = "zerosync"
+"""Learner state component holding the replay buffer and the zero-sync counters."""
+
+
+class ZeroSyncDQNTorchLearner(DQNTorchLearner):
+    """DQN learner whose update never waits on the host (see the module docstring)."""
+
+    settings: LearnerSettings
+    replay: DeviceReplayBuffer
+    guard: TrainingGuard
+
+    @override(DQNTorchLearner)
+    def build(self) -> None:
+        # Validate everything before RLlib builds modules and optimizers.
+        self.settings = LearnerSettings.from_config(self.config)
+        if getattr(self.config, "num_atoms", 1) > 1:
+            raise ValueError(
+                f"num_atoms must be 1 for ZeroSyncDQNTorchLearner (distributional DQN is not "
+                f"supported), got {self.config.num_atoms}"
+            )
+        super().build()
+        mids = list(self.module.keys())
+        if len(mids) != 1:
+            raise ValueError(f"ZeroSyncDQNTorchLearner trains exactly one module, got module ids {mids}")
+        self._mid: ModuleID = mids[0]
+        inner = self.module[self._mid].unwrapped()
+        self._branching = getattr(inner, "action_mode", None) == "branching"
+        if self.settings.double_q and not getattr(inner, "uses_double_q", True):
+            raise ValueError("double_q is True in the DQNConfig but the module was built with double_q=False")
+        self._num_q = int(inner.action_space.n)
+        s = self.settings
+        kernels = get_kernels(self._device)
+        world = torch.distributed.get_world_size() if self.distributed else 1
+        self.guard = TrainingGuard(kernels=kernels, settings=s, world_size=world)
+        self._optimizer = self.get_optimizer(self._mid)
+        self._optimizer.found_inf = self.guard.found_inf.reshape(())  # fused Adam wants a 0-d view
+        self._params: List[torch.nn.Parameter] = list(self._optimizer.param_groups[0]["params"])
+        self.replay = DeviceReplayBuffer(
+            capacity=s.replay_capacity, obs_shape=inner.observation_space.shape, device=self._device,
+            gamma=s.gamma, n_step=s.n_step, prioritized=s.prioritized, alpha=s.alpha, beta=s.beta,
+            priority_eps=s.priority_eps, seed=s.seed,
+        )
+        self._targets = TargetUpdater(pairs=inner.get_target_network_pairs(), tau=s.tau)
+        self._sample: Optional[ReplaySample] = None
+        self._batch: Optional[Dict[str, torch.Tensor]] = None
+        self.use_graph = bool(s.graph and self._device.type == "cuda" and not self.distributed)
+        self._graphed = (
+            GraphedUpdate(self._device_update, warmup=s.graph_warmup, before_capture=self._before_capture,
+                          after_reset=self._after_graph_reset)
+            if self.use_graph else None
+        )
+        self._updates = 0
+        self._target_updates = 0
+        self._warm = False
+        self._dropin_pending = False
+
+    # ---- optimizer ---------------------------------------------------------------------------
+    @override(DQNTorchLearner)
+    def configure_optimizers_for_module(self, module_id: ModuleID, config: Any = None) -> None:
+        params = self.get_parameters(self._module[module_id])
+        optimizer = torch.optim.Adam(params, lr=float(self.settings.lr), fused=True)
+        # lr is a float the optimizer owns: no RLlib Scheduler (its tensor lr would sync).
+        self.register_optimizer(module_id=module_id, optimizer=optimizer, params=params)
+
+    def _before_capture(self) -> None:
+        for group in self._optimizer.param_groups:
+            group["capturable"] = True
+        self._optimizer.zero_grad(set_to_none=True)
+
+    def _after_graph_reset(self) -> None:
+        for group in self._optimizer.param_groups:
+            group["capturable"] = False
+
+    # ---- the update --------------------------------------------------------------------------
+    def _zero_sync_step(self, batch: Dict[str, torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+        """One guarded update on ``batch`` (device tensors); returns (loss, |TD|). No host read."""
+        s = self.settings
+        fwd_out = self.module[self._mid].forward_train(batch)
+        out = td_loss(fwd_out=fwd_out, batch=batch, branching=self._branching, gamma=s.gamma,
+                      double_q=s.double_q, loss_type=s.loss)
+        self._optimizer.zero_grad(set_to_none=True)
+        out.loss.backward()
+        grads = [p.grad for p in self._params if p.grad is not None]
+        grad_norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+        self.guard.check(out.loss, grad_norm)
+        scale = self.guard.loss_scale
+        if s.grad_clip is not None:
+            clip_coef = torch.clamp(s.grad_clip / (grad_norm * scale + 1e-6), max=1.0)
+            scale = scale * clip_coef
+        torch._foreach_mul_(grads, scale.reshape(()))
+        self._optimizer.step()
+        self.guard.record(out.q)
+        return out.loss.detach(), out.td_abs
+
+    def _device_update(self) -> None:
+        """Sample into the static batch, update, write priorities: the graph-captured unit."""
+        self.replay.sample_into(self._sample)
+        _, td_abs = self._zero_sync_step(self._batch)
+        self.replay.update_priorities(self._sample.indices, td_abs)
+
+    def _count_update(self, batch_size: int) -> None:
+        """Host bookkeeping after an update is issued (Python ints; fills, no reads)."""
+        self._updates += 1
+        if not self._warm and self._updates * batch_size >= self.settings.collapse_warmup_transitions:
+            self.guard.set_warmup_done(True)
+            self._warm = True
+
+    def train(self, num_updates: int) -> None:
+        """Enqueue ``num_updates`` updates from the device replay with no host read between them."""
+        if isinstance(num_updates, bool) or not isinstance(num_updates, int) or num_updates < 0:
+            raise ValueError(f"num_updates must be an int >= 0, got {num_updates!r}")
+        if num_updates and self.replay.size == 0:
+            raise ValueError("the replay buffer is empty: learner.replay.add(rollout) before train()")
+        if self._sample is None:
+            self._sample = self.replay.make_sample_buffers(self.settings.train_batch_size_per_learner)
+            self._batch = self._sample.as_batch()
+            self.guard.bind_q(self.settings.train_batch_size_per_learner, self._num_q)
+        if num_updates:
+            self._weights_seq_no += 1  # the weights change, as in Learner.update()
+        freq = self.settings.target_network_update_freq
+        for _ in range(num_updates):
+            if self._graphed is not None:
+                self._graphed()
+            else:
+                self._device_update()
+            self._count_update(self.settings.train_batch_size_per_learner)
+            if self._updates % freq == 0:
+                self._targets.update()
+                self._target_updates += 1
+
+    def collect_metrics(self) -> Dict[str, float]:
+        """The one readback per iteration; may raise :class:`~rl_zerosync.learner.guard.TrainingHalted`.
+
+        Returns the guard metrics of :mod:`rl_zerosync.learner.guard` plus ``target_updates``
+        (target-network updates issued by ``train()`` so far) as Python floats, and logs them to
+        ``self.metrics`` under ``(module_id, "zerosync", name)`` (window 1).
+        """
+        metrics = self.guard.collect()
+        metrics["target_updates"] = float(self._target_updates)
+        for key, value in metrics.items():
+            self.metrics.log_value((self._mid, COMPONENT_ZEROSYNC, key), value, window=1)
+        self.guard.apply_policies()
+        return metrics
+
+    # ---- drop-in path (stock DQN.training_step -> Learner.update) ------------------------------
+    @override(DQNTorchLearner)
+    def _update(self, batch: Dict[str, Any], **kwargs) -> Tuple[Any, Any, Any]:
+        mid_batch = batch[self._mid]
+        size = int(mid_batch[Columns.REWARDS].shape[0])
+        self.guard.bind_q(size, self._num_q)
+        loss, td_abs = self._zero_sync_step(mid_batch)
+        self._count_update(size)
+        self.metrics.log_value((self._mid, TD_ERROR_KEY), td_abs, reduce="item_series")
+        self._dropin_pending = True
+        return {}, {self._mid: loss}, {}
+
+    @override(DQNTorchLearner)
+    def after_gradient_based_update(self, *, timesteps: Dict[str, Any]) -> None:
+        super().after_gradient_based_update(timesteps=timesteps)
+        if self._dropin_pending:
+            self._dropin_pending = False
+            self.collect_metrics()
+
+    # ---- checkpoints ---------------------------------------------------------------------------
+    @override(DQNTorchLearner)
+    def get_state(
+        self,
+        components: Optional[Union[str, Collection[str]]] = None,
+        *,
+        not_components: Optional[Union[str, Collection[str]]] = None,
+        **kwargs,
+    ) -> StateDict:
+        state = super().get_state(components, not_components=not_components, **kwargs)
+        if self._check_component(COMPONENT_ZEROSYNC, components, not_components):
+            g = self.guard
+            state[COMPONENT_ZEROSYNC] = {
+                "replay": self.replay.state_dict(),
+                "updates": self._updates,
+                "target_updates": self._target_updates,
+                # host read: checkpoint boundary
+                "div_counter": int(g.div_counter.cpu()[0]),
+                "div_flag": int(g.div_flag.cpu()[0]),  # host read: checkpoint boundary
+                "update_index": float(g.update_index.cpu()[0]),  # host read: checkpoint boundary
+            }
+        return state
+
+    @override(DQNTorchLearner)
+    def set_state(self, state: StateDict) -> None:
+        super().set_state(state)
+        zs = state.get(COMPONENT_ZEROSYNC)
+        if zs is not None:
+            self.replay.load_state_dict(zs["replay"])
+            self._updates = int(zs.get("updates", 0))
+            self._target_updates = int(zs.get("target_updates", 0))
+            self.guard.div_counter.fill_(int(zs.get("div_counter", 0)))
+            self.guard.div_flag.fill_(int(zs.get("div_flag", 0)))
+            self.guard.update_index.fill_(float(zs.get("update_index", 0.0)))
+            bs = self.settings.train_batch_size_per_learner
+            self._warm = self._updates * bs >= self.settings.collapse_warmup_transitions
+            self.guard.set_warmup_done(self._warm)
+        # The optimizer's state tensors were replaced: a captured graph points at the old ones.
+        self._optimizer.found_inf = self.guard.found_inf.reshape(())
+        if self._graphed is not None:
+            self._graphed.reset()
+        else:
+            self._after_graph_reset()

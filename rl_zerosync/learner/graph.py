@@ -1,0 +1,78 @@
+"""Capture-once, replay-many CUDA graph of one learner update.
+
+``GraphedUpdate(fn, ...)()`` runs ``fn`` eagerly on a side stream for the first ``warmup`` calls
+(lazy optimizer state, cuBLAS workspaces, allocator warm-up; these are real updates), then
+captures ``fn`` once with ``torch.cuda.graph`` and replays it on every later call (the capturing
+call replays right after capture, so every call is exactly one update). ``fn`` must read and write
+only static tensors (preallocated buffers, parameters, optimizer state) and do no host work that
+has to happen per update; host-side counters belong outside it.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+
+__all__ = ["GraphedUpdate"]
+
+
+class GraphedUpdate:
+    """Warm up, capture once, replay (see the module docstring).
+
+    Args:
+        fn: The update; called with no arguments.
+        warmup: Eager calls before the capture (>= 1).
+        before_capture: Called right before capture (e.g. make the optimizer capturable and set its
+            grads to None so backward allocates them from the graph's pool).
+        after_reset: Called by :meth:`reset` (e.g. make the optimizer non-capturable again).
+    """
+
+    def __init__(
+        self,
+        fn: Callable[[], None],
+        *,
+        warmup: int,
+        before_capture: Callable[[], None],
+        after_reset: Optional[Callable[[], None]] = None,
+    ) -> None:
+        if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 1:
+            raise ValueError(f"warmup must be an int >= 1, got {warmup!r}")
+        self.fn, self.warmup = fn, warmup
+        self.before_capture, self.after_reset = before_capture, after_reset
+        self.graph: Optional[torch.cuda.CUDAGraph] = None
+        self._warmup_left = warmup
+        self._side: Optional[torch.cuda.Stream] = None
+
+    @property
+    def captured(self) -> bool:
+        """Whether the graph has been captured."""
+        return self.graph is not None
+
+    def reset(self) -> None:
+        """Drop the graph (buffers were replaced, e.g. after a state restore); warm up again."""
+        self.graph = None
+        self._warmup_left = self.warmup
+        if self.after_reset is not None:
+            self.after_reset()
+
+    def __call__(self) -> None:
+        """One update: warm-up call, capture + replay, or replay."""
+        if self.graph is not None:
+            self.graph.replay()
+            return
+        current = torch.cuda.current_stream()
+        if self._side is None:
+            self._side = torch.cuda.Stream()
+        if self._warmup_left > 0:
+            self._side.wait_stream(current)
+            with torch.cuda.stream(self._side):
+                self.fn()
+            current.wait_stream(self._side)
+            self._warmup_left -= 1
+            return
+        self.before_capture()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=self._side):
+            self.fn()
+        self.graph = graph
+        graph.replay()

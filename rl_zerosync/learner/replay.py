@@ -1,0 +1,343 @@
+"""`DeviceReplayBuffer`: preallocated circular n-step replay on the learner's device.
+
+* ``add(rollout)`` takes the columnar rollout of ``docs/ARCHITECTURE.md`` (``[T, N, ...]`` tensors
+  on any device). Host tensors travel in **one** host->device copy through a pinned staging buffer;
+  tensors already on the device are used as they are. n-step transitions are computed on the device
+  (:mod:`rl_zerosync.learner.nstep`) and written at the host-known write pointer (wraparound by two
+  slices). Every stored row is one transition: ``obs, next_obs, actions, rewards`` (n-step return),
+  ``discounts`` (``gamma**k``), ``terminateds``.
+* ``sample_into(out)`` fills caller-owned static buffers (a :class:`ReplaySample`) with no host
+  read and no allocation that depends on data, so it can be captured in a CUDA graph. Randomness is
+  counter-based, built from ``rl_zerosync.kernels.rng``'s ``hash32`` / ``combine``: row ``i`` of
+  draw ``step`` (a device counter advanced on the device) gets the 32-bit word
+  ``hash32(K_i ^ hash32(step_lo32 ^ seed_key(seed)))`` with the static row key
+  ``K_i = combine(combine(seed_key(seed), STREAM_SAMPLE), i)``. Eager and graph-replayed sampling
+  therefore draw identical indices, on CPU and GPU alike (about 20 small kernels per draw).
+
+  - uniform: ``index = (bits32 * size) >> 32`` (with replacement); weights are 1.
+  - prioritized (proportional, Schaul et al. 2016): stored priority ``p = (|TD| + eps) ** alpha``
+    (new rows get the largest priority seen so far, initially 1); stratified draw
+    ``target_i = (i + u_i) / B * sum(p)`` located with ``searchsorted`` on ``cumsum(p)`` (float64);
+    ``P = p / sum(p)``; weight ``w = (size * P) ** -beta`` divided by the largest ``w`` in the batch.
+* ``update_priorities(indices, td_abs)`` writes new priorities on the device; non-finite TD errors
+  keep the old priority.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from ray.rllib.core.columns import Columns
+
+from rl_zerosync.kernels.rng import MASK32, STREAM_USER_BASE, combine, hash32, seed_key
+from rl_zerosync.learner.nstep import nstep_transitions
+
+__all__ = ["DeviceReplayBuffer", "ReplaySample", "ROLLOUT_KEYS", "DISCOUNTS", "WEIGHTS"]
+
+ROLLOUT_KEYS = ("obs", "next_obs", "actions", "rewards", "terminateds", "truncateds")
+DISCOUNTS = "discounts"
+WEIGHTS = "weights"
+STREAM_SAMPLE = STREAM_USER_BASE + 32
+_STORED = ("obs", "next_obs", "actions", "rewards", "discounts", "terminateds")
+_DTYPES = {
+    "obs": torch.float32,
+    "next_obs": torch.float32,
+    "actions": torch.int64,
+    "rewards": torch.float32,
+    "terminateds": torch.bool,
+    "truncateds": torch.bool,
+}
+
+
+@dataclass
+class ReplaySample:
+    """Static buffers one sampled batch is written into (reused every update)."""
+
+    indices: torch.Tensor
+    obs: torch.Tensor
+    next_obs: torch.Tensor
+    actions: torch.Tensor
+    rewards: torch.Tensor
+    discounts: torch.Tensor
+    terminateds: torch.Tensor
+    weights: torch.Tensor
+    row_keys: torch.Tensor
+    """Static per-row RNG keys ``K_i`` (int64 [B])."""
+    strata: torch.Tensor
+    """``0, 1, ..., B-1`` as float64 (prioritized strata)."""
+
+    def as_batch(self) -> Dict[str, torch.Tensor]:
+        """The buffers under RLlib's column names (plus ``discounts`` and ``weights``)."""
+        return {
+            Columns.OBS: self.obs,
+            Columns.NEXT_OBS: self.next_obs,
+            Columns.ACTIONS: self.actions,
+            Columns.REWARDS: self.rewards,
+            Columns.TERMINATEDS: self.terminateds,
+            DISCOUNTS: self.discounts,
+            WEIGHTS: self.weights,
+        }
+
+
+class DeviceReplayBuffer:
+    """Circular n-step replay buffer living on ``device`` (see the module docstring).
+
+    Args:
+        capacity: Rows (transitions) stored, < 2**31.
+        obs_shape: Shape of one observation.
+        device: Storage device.
+        gamma: Discount of the n-step return.
+        n_step: n of the n-step return (int >= 1).
+        prioritized: Proportional prioritized replay instead of uniform.
+        alpha, beta, priority_eps: Prioritized-replay exponents and epsilon.
+        seed: Seed of the counter-based sampling RNG.
+    """
+
+    def __init__(
+        self,
+        *,
+        capacity: int,
+        obs_shape: Sequence[int],
+        device: torch.device,
+        gamma: float,
+        n_step: int,
+        prioritized: bool = False,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        priority_eps: float = 1e-6,
+        seed: int = 0,
+    ) -> None:
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or not 1 <= capacity < 2**31:
+            raise ValueError(f"capacity must be an int in [1, 2**31), got {capacity!r}")
+        if isinstance(n_step, bool) or not isinstance(n_step, int) or n_step < 1:
+            raise ValueError(f"n_step must be an int >= 1, got {n_step!r}")
+        if not 0.0 <= float(gamma) <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
+        self.capacity = capacity
+        self.obs_shape: Tuple[int, ...] = tuple(int(d) for d in obs_shape)
+        self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.gamma = float(gamma)
+        self.n_step = n_step
+        self.prioritized = bool(prioritized)
+        self.alpha, self.beta, self.priority_eps = float(alpha), float(beta), float(priority_eps)
+        self.seed = int(seed)
+        self._seed_key = seed_key(self.seed)
+        dev = self.device
+        self.storage: Dict[str, torch.Tensor] = {
+            "obs": torch.zeros((capacity,) + self.obs_shape, dtype=torch.float32, device=dev),
+            "next_obs": torch.zeros((capacity,) + self.obs_shape, dtype=torch.float32, device=dev),
+            "actions": torch.zeros(capacity, dtype=torch.int64, device=dev),
+            "rewards": torch.zeros(capacity, dtype=torch.float32, device=dev),
+            "discounts": torch.zeros(capacity, dtype=torch.float32, device=dev),
+            "terminateds": torch.zeros(capacity, dtype=torch.bool, device=dev),
+        }
+        self.priorities: Optional[torch.Tensor] = (
+            torch.zeros(capacity, dtype=torch.float64, device=dev) if self.prioritized else None
+        )
+        self.max_priority = torch.ones(1, dtype=torch.float64, device=dev)
+        self.rng_step = torch.zeros(1, dtype=torch.int64, device=dev)
+        self._size_t = torch.zeros(1, dtype=torch.int64, device=dev)
+        self.size = 0
+        self.ptr = 0
+        self.num_added = 0
+        self._staging_host: Optional[torch.Tensor] = None
+        self._staging_dev: Optional[torch.Tensor] = None
+        self._staging_event: Optional[torch.cuda.Event] = None
+
+    def __len__(self) -> int:
+        return self.size
+
+    # ---- add ---------------------------------------------------------------------------------
+    def add(self, rollout: Mapping[str, torch.Tensor]) -> int:
+        """Add a ``[T, N, ...]`` columnar rollout as ``T * N`` n-step transitions; returns that count."""
+        cols = self._validate(rollout)
+        t_len, n_envs = cols["rewards"].shape
+        if any(t.device != self.device for t in cols.values()):
+            cols = self._to_device(cols)
+        trans = nstep_transitions(gamma=self.gamma, n_step=self.n_step, **cols)
+        rows = t_len * n_envs
+        lo = max(0, rows - self.capacity)  # more rows than capacity: keep the newest
+        start = (self.ptr + lo) % self.capacity
+        first = min(rows - lo, self.capacity - start)
+        self._write(start, trans, lo, lo + first)
+        if lo + first < rows:
+            self._write(0, trans, lo + first, rows)
+        self.ptr = (self.ptr + rows) % self.capacity
+        self.size = min(self.capacity, self.size + rows)
+        self.num_added += rows
+        self._size_t.fill_(self.size)
+        return rows
+
+    def _validate(self, rollout: Mapping[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        if not isinstance(rollout, Mapping):
+            raise ValueError(f"rollout must be a dict of tensors, got {type(rollout).__name__}")
+        missing = [k for k in ROLLOUT_KEYS if k not in rollout]
+        if missing:
+            raise ValueError(f"rollout is missing column(s) {missing}; expected {list(ROLLOUT_KEYS)}")
+        cols = {}
+        for k in ROLLOUT_KEYS:
+            t = rollout[k]
+            if not isinstance(t, torch.Tensor):
+                raise ValueError(f"rollout[{k!r}] must be a torch.Tensor, got {type(t).__name__}")
+            cols[k] = t
+        r = cols["rewards"]
+        if r.dim() != 2 or r.shape[0] < 1 or r.shape[1] < 1:
+            raise ValueError(f"rollout['rewards'] must have shape [T, N] with T, N >= 1, got {list(r.shape)}")
+        tn = tuple(r.shape)
+        for k in ("actions", "terminateds", "truncateds"):
+            if tuple(cols[k].shape) != tn:
+                raise ValueError(f"rollout[{k!r}] must have shape {list(tn)}, got {list(cols[k].shape)}")
+        for k in ("obs", "next_obs"):
+            want = tn + self.obs_shape
+            if tuple(cols[k].shape) != want:
+                raise ValueError(f"rollout[{k!r}] must have shape {list(want)}, got {list(cols[k].shape)}")
+            if not cols[k].is_floating_point():
+                raise ValueError(f"rollout[{k!r}] must be a float tensor, got {cols[k].dtype}")
+        if cols["actions"].is_floating_point() or cols["actions"].dtype == torch.bool:
+            raise ValueError(f"rollout['actions'] must be an integer tensor, got {cols['actions'].dtype}")
+        for k in ("terminateds", "truncateds"):
+            if cols[k].dtype != torch.bool:
+                raise ValueError(f"rollout[{k!r}] must be a bool tensor, got {cols[k].dtype}")
+        return {k: t.to(_DTYPES[k]) if t.dtype != _DTYPES[k] else t for k, t in cols.items()}
+
+    def _to_device(self, cols: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        """Host columns -> device through one pinned staging buffer and one H2D copy."""
+        if self.device.type != "cuda" or any(t.device.type != "cpu" for t in cols.values()):
+            return {k: t.to(self.device, non_blocking=True) for k, t in cols.items()}
+        layout, total = [], 0
+        for k, t in cols.items():
+            nbytes = t.numel() * t.element_size()
+            layout.append((k, total, nbytes, t.dtype, tuple(t.shape)))
+            total += (nbytes + 15) // 16 * 16
+        if self._staging_host is None or self._staging_host.numel() < total:
+            if self._staging_event is not None:
+                self._staging_event.synchronize()  # host wait: the old staging copy must finish first
+            self._staging_host = torch.empty(total, dtype=torch.uint8, pin_memory=True)
+            self._staging_dev = torch.empty(total, dtype=torch.uint8, device=self.device)
+            self._staging_event = torch.cuda.Event()
+        else:
+            self._staging_event.synchronize()  # host wait: previous H2D copy out of the pinned buffer
+        for k, off, nbytes, dtype, shape in layout:
+            self._staging_host[off : off + nbytes].view(dtype).view(shape).copy_(cols[k].contiguous())
+        self._staging_dev[:total].copy_(self._staging_host[:total], non_blocking=True)
+        self._staging_event.record()
+        return {
+            k: self._staging_dev[off : off + nbytes].view(dtype).view(shape)
+            for k, off, nbytes, dtype, shape in layout
+        }
+
+    def _write(self, start: int, trans: Dict[str, torch.Tensor], lo: int, hi: int) -> None:
+        n = hi - lo
+        for k in _STORED:
+            self.storage[k][start : start + n].copy_(trans[k][lo:hi])
+        if self.priorities is not None:
+            self.priorities[start : start + n].copy_(self.max_priority.expand(n))
+
+    # ---- sample ------------------------------------------------------------------------------
+    def make_sample_buffers(self, batch_size: int) -> ReplaySample:
+        """Allocate the static buffers :meth:`sample_into` writes a batch of ``batch_size`` into."""
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        dev, b = self.device, batch_size
+        return ReplaySample(
+            indices=torch.zeros(b, dtype=torch.int64, device=dev),
+            obs=torch.zeros((b,) + self.obs_shape, dtype=torch.float32, device=dev),
+            next_obs=torch.zeros((b,) + self.obs_shape, dtype=torch.float32, device=dev),
+            actions=torch.zeros(b, dtype=torch.int64, device=dev),
+            rewards=torch.zeros(b, dtype=torch.float32, device=dev),
+            discounts=torch.zeros(b, dtype=torch.float32, device=dev),
+            terminateds=torch.zeros(b, dtype=torch.bool, device=dev),
+            weights=torch.ones(b, dtype=torch.float32, device=dev),
+            row_keys=combine(combine(seed_key(self.seed), STREAM_SAMPLE), torch.arange(b, device=dev)),
+            strata=torch.arange(b, dtype=torch.float64, device=dev),
+        )
+
+    def sample_into(self, out: ReplaySample) -> None:
+        """Draw ``len(out.indices)`` transitions into ``out`` on the device; advances the RNG step."""
+        b = out.indices.shape[0]
+        bits = hash32(out.row_keys ^ hash32((self.rng_step & MASK32) ^ self._seed_key))
+        if self.priorities is None:
+            out.indices.copy_((bits * self._size_t) >> 32)
+        else:
+            cum = torch.cumsum(self.priorities, dim=0)
+            total = cum[-1:]
+            u = bits.to(torch.float64) * (2.0**-32)
+            target = (out.strata + u) * (1.0 / b) * total
+            idx = torch.searchsorted(cum, target, right=True)
+            out.indices.copy_(torch.minimum(idx, self._size_t - 1))
+            prob = self.priorities[out.indices] / total
+            w = torch.pow(self._size_t.to(torch.float64) * prob, -self.beta)
+            out.weights.copy_(w / w.max())
+        for k in _STORED:
+            torch.index_select(self.storage[k], 0, out.indices, out=getattr(out, k))
+        self.rng_step.add_(1)
+
+    def sample(self, batch_size: int) -> Dict[str, torch.Tensor]:
+        """Convenience (allocates): one batch as a dict with ``indices`` and RLlib column names."""
+        if self.size == 0:
+            raise ValueError("cannot sample from an empty replay buffer; add() a rollout first")
+        out = self.make_sample_buffers(batch_size)
+        self.sample_into(out)
+        return {"indices": out.indices, **out.as_batch()}
+
+    def update_priorities(self, indices: torch.Tensor, td_abs: torch.Tensor) -> None:
+        """Set ``p = (|TD| + eps) ** alpha`` for ``indices`` on the device (no-op when uniform)."""
+        if self.priorities is None:
+            return
+        new = torch.pow(td_abs.detach().to(torch.float64).abs() + self.priority_eps, self.alpha)
+        ok = torch.isfinite(new)
+        self.priorities.index_put_((indices,), torch.where(ok, new, self.priorities[indices]))
+        top = torch.where(ok, new, torch.zeros_like(new)).max().reshape(1)
+        torch.maximum(self.max_priority, top, out=self.max_priority)
+
+    # ---- state -------------------------------------------------------------------------------
+    def state_dict(self) -> Dict[str, Any]:
+        """Stored rows ``[0, size)`` and counters as numpy arrays / Python ints (a checkpoint read)."""
+        n = self.size
+        state: Dict[str, Any] = {
+            "capacity": self.capacity,
+            "obs_shape": self.obs_shape,
+            "size": n,
+            "ptr": self.ptr,
+            "num_added": self.num_added,
+            "prioritized": self.prioritized,
+            # host read: checkpoint boundary, not the update loop
+            "rng_step": int(self.rng_step.cpu()[0]),
+            "max_priority": float(self.max_priority.cpu()[0]),  # host read: checkpoint boundary
+        }
+        for k in _STORED:
+            state[k] = self.storage[k][:n].cpu().numpy()  # host read: checkpoint boundary
+        if self.priorities is not None:
+            state["priorities"] = self.priorities[:n].cpu().numpy()  # host read: checkpoint boundary
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` output in place (capacity and obs shape must match)."""
+        if int(state.get("capacity", -1)) != self.capacity:
+            raise ValueError(f"replay state capacity must be {self.capacity}, got {state.get('capacity')!r}")
+        if tuple(state.get("obs_shape", ())) != self.obs_shape:
+            raise ValueError(f"replay state obs_shape must be {self.obs_shape}, got {state.get('obs_shape')!r}")
+        n = int(state["size"])
+        if not 0 <= n <= self.capacity:
+            raise ValueError(f"replay state size must be in [0, {self.capacity}], got {n}")
+        for k in _STORED:
+            arr = torch.as_tensor(np.asarray(state[k]))
+            if tuple(arr.shape[:1]) != (n,):
+                raise ValueError(f"replay state[{k!r}] must have {n} rows, got shape {list(arr.shape)}")
+            self.storage[k][:n].copy_(arr.to(self.storage[k].dtype))
+        if self.priorities is not None:
+            self.priorities.zero_()
+            if state.get("priorities") is not None:
+                self.priorities[:n].copy_(torch.as_tensor(np.asarray(state["priorities"])))
+            else:
+                self.priorities[:n].fill_(1.0)
+        self.max_priority.fill_(float(state.get("max_priority", 1.0)))
+        self.rng_step.fill_(int(state.get("rng_step", 0)))
+        self.size, self.ptr = n, int(state["ptr"]) % self.capacity
+        self.num_added = int(state.get("num_added", n))
+        self._size_t.fill_(n)

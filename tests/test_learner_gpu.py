@@ -1,0 +1,163 @@
+"""GPU proofs of the zero-sync learner: no host sync, graph replay == eager, NaN skipped on device."""
+from __future__ import annotations
+
+import copy
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import ray
+import torch
+
+from ray.rllib.algorithms.dqn import DQNConfig
+
+from rl_zerosync.learner import DeviceReplayBuffer, ZeroSyncDQNTorchLearner
+from rl_zerosync.module import make_module_spec
+
+pytestmark = pytest.mark.gpu
+
+OBS_DIM = 16
+T_LEN, N_ENVS = 16, 256  # 4096 transitions per rollout
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_local():
+    # RLlib's get_device() consults the Ray runtime context for the learner's GPU.
+    ray.init(num_cpus=8, include_dashboard=False, ignore_reinit_error=True)
+    yield
+    ray.shutdown()
+
+
+def build(mode: str, *, graph: bool, prioritized: bool = False, seed: int = 0, batch: int = 256,
+          capacity: int = T_LEN * N_ENVS, **zs) -> ZeroSyncDQNTorchLearner:
+    n = 5 if mode == "routed" else 45
+    cfg = (
+        DQNConfig()
+        .training(lr=1e-3, gamma=0.99, n_step=3, train_batch_size_per_learner=batch, target_network_update_freq=50)
+        .rl_module(rl_module_spec=make_module_spec(action_mode=mode, hidden=[256, 256]))
+        .learners(num_learners=0, num_gpus_per_learner=1, learner_class=ZeroSyncDQNTorchLearner,
+                  learner_config_dict={"zerosync": {"replay_capacity": capacity, "graph": graph,
+                                                    "prioritized": prioritized, "seed": seed, **zs}})
+        .debugging(seed=seed)
+    )
+    spaces = {"default_policy": (gym.spaces.Box(-1.0, 1.0, (OBS_DIM,), np.float32), gym.spaces.Discrete(n))}
+    learner = cfg.build_learner(spaces=spaces)
+    assert learner.device.type == "cuda"
+    assert learner.use_graph == graph
+    return learner
+
+
+def device_rollout(n_actions: int, *, seed: int, reward: float = None, next_obs: float = None):
+    g = torch.Generator().manual_seed(seed)
+    ro = {
+        "obs": torch.randn(T_LEN, N_ENVS, OBS_DIM, generator=g),
+        "next_obs": torch.randn(T_LEN, N_ENVS, OBS_DIM, generator=g),
+        "actions": torch.randint(0, n_actions, (T_LEN, N_ENVS), generator=g),
+        "factored_actions": torch.randint(0, 45, (T_LEN, N_ENVS), generator=g),
+        "rewards": torch.randn(T_LEN, N_ENVS, generator=g),
+        "terminateds": torch.rand(T_LEN, N_ENVS, generator=g) < 0.02,
+        "truncateds": torch.rand(T_LEN, N_ENVS, generator=g) < 0.01,
+    }
+    if reward is not None:
+        ro["rewards"].fill_(reward)
+    if next_obs is not None:
+        ro["next_obs"].fill_(next_obs)
+    return {k: v.cuda() for k, v in ro.items()}
+
+
+def n_actions(mode: str) -> int:
+    return 5 if mode == "routed" else 45
+
+
+def test_cuda_kernels_backend_in_use():
+    learner = build("flat", graph=True)
+    assert learner.guard.kernels.backend == "cuda"
+
+
+@pytest.mark.parametrize(
+    "graph,mode,prioritized",
+    [(True, "flat", False), (True, "branching", True), (True, "routed", True), (False, "flat", True),
+     (False, "branching", False)],
+)
+def test_200_updates_without_host_sync(graph, mode, prioritized):
+    learner = build(mode, graph=graph, prioritized=prioritized)
+    learner.replay.add(device_rollout(n_actions(mode), seed=0))
+    learner.train(learner.settings.graph_warmup + 1)  # lazy state, warm-up and capture happen here
+    learner.collect_metrics()
+    second = device_rollout(n_actions(mode), seed=1)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        learner.replay.add(second)  # device-resident rollout: no host read either
+        learner.train(200)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    m = learner.collect_metrics()
+    assert (m["updates"], m["skipped"]) == (200.0, 0.0)
+    assert np.isfinite(m["loss_mean"]) and np.isfinite(m["q_mean"])
+    assert m["target_updates"] == float((learner.settings.graph_warmup + 1 + 200) // 50)
+    if graph:
+        assert learner._graphed.captured
+
+
+@pytest.mark.parametrize("mode,prioritized", [("flat", True), ("branching", False)])
+def test_graph_replay_equals_eager(mode, prioritized):
+    graphed = build(mode, graph=True, prioritized=prioritized, seed=3)
+    eager = build(mode, graph=False, prioritized=prioritized, seed=3)
+    for a, b in zip(graphed._params, eager._params):
+        assert torch.equal(a, b)
+    ro = device_rollout(n_actions(mode), seed=5)
+    for learner in (graphed, eager):
+        learner.replay.add(ro)
+        learner.train(20)
+    assert graphed._graphed.captured
+    for a, b in zip(graphed._params, eager._params):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert torch.equal(graphed.replay.rng_step, eager.replay.rng_step)
+    if prioritized:
+        torch.testing.assert_close(graphed.replay.priorities, eager.replay.priorities, rtol=1e-5, atol=1e-8)
+    mg, me = graphed.collect_metrics(), eager.collect_metrics()
+    for key in ("updates", "skipped", "clip_events", "target_updates"):
+        assert mg[key] == me[key]
+    for key in ("loss_mean", "grad_norm_mean", "q_min", "q_max", "q_mean"):
+        assert mg[key] == pytest.approx(me[key], rel=1e-4, abs=1e-6)
+
+
+@pytest.mark.parametrize("graph", [True, False])
+@pytest.mark.parametrize("bad", [{"reward": float("nan")}, {"next_obs": float("inf")}])
+def test_nan_injection_on_gpu_is_skipped_and_counted(graph, bad):
+    learner = build("branching", graph=graph)
+    learner.replay.add(device_rollout(45, seed=0))
+    learner.train(5)
+    learner.collect_metrics()
+    params = [p.detach().clone() for p in learner._params]
+    opt = copy.deepcopy(learner._optimizer.state_dict()["state"])
+    learner.replay.add(device_rollout(45, seed=1, **bad))  # overwrites every stored row
+    learner.train(3)
+    for before, p in zip(params, learner._params):
+        assert torch.equal(before, p.detach())
+    state = learner._optimizer.state_dict()["state"]
+    for k in opt:
+        for name in ("step", "exp_avg", "exp_avg_sq"):
+            assert torch.equal(opt[k][name], state[k][name]), (k, name)
+    m = learner.collect_metrics()
+    assert (m["updates"], m["skipped"]) == (3.0, 3.0)
+    learner.replay.add(device_rollout(45, seed=2))
+    learner.train(2)
+    m = learner.collect_metrics()
+    assert (m["updates"], m["skipped"]) == (2.0, 0.0)
+    assert any(not torch.equal(b, p.detach()) for b, p in zip(params, learner._params))
+
+
+def test_host_rollout_goes_through_pinned_staging():
+    """Host tensors -> one pinned H2D copy; the stored transitions equal a CPU buffer's."""
+    host = {k: v.cpu() for k, v in device_rollout(45, seed=3).items()}
+    bufs = [DeviceReplayBuffer(capacity=3 * T_LEN * N_ENVS, obs_shape=(OBS_DIM,), device=torch.device(dev),
+                               gamma=0.9, n_step=3) for dev in ("cuda", "cpu")]
+    for buf in bufs:
+        buf.add(host)
+        buf.add(host)  # reuses the staging buffer once the previous copy has landed
+    gpu, cpu = bufs
+    assert gpu.storage["obs"].is_cuda and gpu.size == cpu.size == 2 * T_LEN * N_ENVS
+    for k in cpu.storage:
+        torch.testing.assert_close(gpu.storage[k].cpu(), cpu.storage[k])
