@@ -16,10 +16,14 @@ PROGRESS_FIELDS = (
     ("env/s", ("perf", "env_steps_per_s"), "{:,.0f}"),
     ("upd/s", ("perf", "updates_per_s"), "{:,.0f}"),
     ("return", ("env_runners", "episode_return_mean"), "{:+.4f}"),
-    ("sharpe", ("env_runners", "episode_sharpe_mean"), "{:+.2f}"),
-    ("skipped", ("learners", "default_policy", "zerosync/skipped"), "{:.0f}"),
+    ("sharpe", ("env_runners", "trading", "episode_sharpe_mean"), "{:+.2f}"),
+    ("skipped", ("learners", "default_policy", "zerosync", "skipped"), "{:.0f}"),
     ("eps", ("env_runners", "epsilon"), "{:.3f}"),
 )
+
+
+# Static or bulky parts of RLlib's result dict that are not iteration metrics.
+_SKIP = ("config", "evaluation")
 
 
 def _get(d: dict, path: tuple) -> Any:
@@ -61,7 +65,7 @@ class RunLog:
         """Add env steps/s and updates/s since the previous iteration to ``result['perf']``."""
         now = time.perf_counter()
         env_steps = float(_get(result, ("env_runners", "num_env_steps_sampled_lifetime")) or 0.0)
-        updates = float(_get(result, ("learners", "default_policy", "zerosync/updates_lifetime")) or 0.0)
+        updates = float(_get(result, ("learners", "default_policy", "zerosync", "updates_lifetime")) or 0.0)
         perf = result.setdefault("perf", {})
         if self._last_time is not None:
             dt = max(now - self._last_time, 1e-9)
@@ -71,7 +75,7 @@ class RunLog:
 
     def write(self, result: dict) -> None:
         step = int(result.get("training_iteration", 0))
-        scalars = flatten_scalars(result)
+        scalars = flatten_scalars({k: v for k, v in result.items() if k not in _SKIP})
         self._jsonl.write(json.dumps({"iteration": step, **scalars}) + "\n")
         for name, value in scalars.items():
             self._tb.add_scalar(name, value, step)
@@ -81,7 +85,7 @@ class RunLog:
         parts = []
         for label, path, fmt in PROGRESS_FIELDS:
             value = _get(result, path)
-            if value is None:
+            if value is None or (isinstance(value, float) and not math.isfinite(value)):
                 parts.append(f"{label} -")
                 continue
             try:

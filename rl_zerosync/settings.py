@@ -298,6 +298,7 @@ def _gpus(value: float) -> float:
 def to_rllib_config(s: Settings):
     """Map settings onto a :class:`~rl_zerosync.algorithm.ZeroSyncDQNConfig` (the only mapping)."""
     from rl_zerosync.algorithm import ZeroSyncDQNConfig
+    from rl_zerosync.envs.gym_twin import ENV_ID_IMPORTABLE
 
     a = s.algo
     learner_cfg = dict(s.learner)
@@ -309,7 +310,7 @@ def to_rllib_config(s: Settings):
     config = (
         ZeroSyncDQNConfig()
         .environment(
-            "rl_zerosync/Trading-v0",
+            ENV_ID_IMPORTABLE,
             env_config={"data": s.data, "env": s.env, "runner": runner_cfg,
                         "action_mode": s.model.action_mode},
         )

@@ -65,7 +65,9 @@ def count_syncs(fn, monkeypatch):
         finally:
             torch.cuda.set_sync_debug_mode("default")
     monkeypatch.setattr(torch.cuda.Event, "synchronize", original)
-    syncs = [str(w.message) for w in caught if "synchroniz" in str(w.message)]
+    # torch warns once per process that sync debug mode is a prototype: not a synchronization.
+    syncs = [str(w.message) for w in caught
+             if "synchroniz" in str(w.message) and "prototype" not in str(w.message)]
     return len(syncs), len(waits), result
 
 

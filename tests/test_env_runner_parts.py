@@ -23,7 +23,7 @@ from rl_zerosync.env_runner.settings import (
 # ---------------------------------------------------------------------------------------------
 def test_settings_defaults_and_from_env_config():
     s = RunnerSettings.from_env_config({"data": {}, "env": {}})
-    assert (s.output, s.device, s.graph, s.seed, s.epsilon) == ("columnar", "auto", False, None, None)
+    assert (s.output, s.device, s.graph, s.seed, s.epsilon) == ("columnar", "auto", True, None, None)
     assert (s.wide, s.high_vol, s.low_vol) == (1.5, 1.5, 0.75)
     s = RunnerSettings.from_env_config({"runner": {"output": "episodes", "epsilon": 0.1, "seed": 3}})
     assert s.output == "episodes" and s.epsilon == ((0, 0.1),) and s.seed == 3

@@ -62,8 +62,11 @@ class RunnerSettings:
     """What ``sample()`` returns: "columnar" (dict of [T, N, ...] tensors) or "episodes"."""
     device: str = "auto"
     """Where envs and the inference module live: "auto" (CUDA when available), "cpu" or "cuda"."""
-    graph: bool = False
-    """Capture the T-step rollout in one CUDA graph and replay it (CUDA only; eager otherwise)."""
+    graph: bool = True
+    """Capture the T-step rollout in one CUDA graph and replay it (CUDA only; ignored on CPU).
+
+    Measured on one H200 (benchmarks/results/env_runner.json): 3x (64k envs) to 7.7x (1k envs)
+    more env steps/s than eager."""
     seed: Optional[int] = None
     """Seed of the action RNG and the envs; None: ``config.seed`` or 0. Worker index is added."""
     epsilon: Optional[Any] = None
