@@ -102,13 +102,18 @@ def test_ray_job_submit(tmp_path):
         capture_output=True, text=True, env=env, timeout=180)
     assert start.returncode == 0, start.stdout + start.stderr
     try:
-        cmd = [ray, "job", "submit", f"--address=http://127.0.0.1:{dash}", "--working-dir", str(ROOT),
+        address = f"--address=http://127.0.0.1:{dash}"
+        job_id = f"smoke-{dash}"
+        cmd = [ray, "job", "submit", address, f"--submission-id={job_id}", "--working-dir", str(ROOT),
                "--runtime-env-json", json.dumps({"excludes": [".venv", "runs", ".git", ".device"]}),
                "--", "rl-zerosync", "train", "--config", "configs/smoke.yaml",
                "--set", f"run.dir={tmp_path}", "--set", "run.name=job", "--set", "run.iterations=2"]
         out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
         assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
-        assert "SUCCEEDED" in out.stdout + out.stderr
+        status = subprocess.run([ray, "job", "status", address, job_id], capture_output=True, text=True,
+                                env=env, timeout=120)
+        # `ray job status` prints "Job '<id>' succeeded" for JobStatus.SUCCEEDED.
+        assert f"Job '{job_id}' succeeded" in status.stdout + status.stderr, status.stdout + status.stderr
         assert (tmp_path / "job" / "checkpoint" / "rllib_checkpoint.json").is_file()
     finally:
         subprocess.run([ray, "stop", "--force"], capture_output=True, env=env, timeout=120)
