@@ -9,7 +9,7 @@ Both sides train on the same synthetic market, the same env parameters, the same
 (2x256 MLP over 5 exposures, routed execution), the same replay ratio, batch size, lr, gamma and
 n-step. Stock = ``DQNConfig`` + ``SingleAgentEnvRunner`` on the gymnasium twin + ``DQNTorchLearner``
 (GPU learner). Ours = ``ZeroSyncDQN`` with GPU env runner + device replay + graphed updates.
-Every ``--eval-every-s`` seconds of training, the greedy policy is evaluated on the validation
+Every ``--ours-eval-every-s`` / ``--stock-eval-every-s`` seconds of training, the greedy policy is evaluated on the validation
 segment (out of sample); evaluation time is excluded from the training clocks.
 
 Results to expect: env steps/s and updates/s ratios, the time each side needs to first reach the
@@ -25,7 +25,6 @@ import platform
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 
@@ -134,7 +133,8 @@ def stock_config(settings, num_env_runners: int, envs_per_runner: int):
         .training(lr=a.lr, gamma=a.gamma, n_step=a.n_step, train_batch_size_per_learner=a.batch_size,
                   training_intensity=a.replay_ratio,
                   num_steps_sampled_before_learning_starts=min(a.learning_starts, 2000),
-                  target_network_update_freq=a.target_update_freq * a.batch_size,
+                  # ours counts target updates in updates; stock counts env steps
+                  target_network_update_freq=int(a.target_update_freq * a.batch_size / a.replay_ratio),
                   double_q=True, dueling=False, grad_clip=a.grad_clip, grad_clip_by="global_norm",
                   epsilon=[tuple(p) for p in a.epsilon])
         .rl_module(model_config={"fcnet_hiddens": list(settings.model.hidden), "fcnet_activation": "relu"})
@@ -163,7 +163,8 @@ def main() -> None:
     p.add_argument("--set", action="append", default=[])
     p.add_argument("--ours-budget-s", type=float, default=240.0)
     p.add_argument("--stock-budget-s", type=float, default=180.0)
-    p.add_argument("--eval-every-s", type=float, default=20.0)
+    p.add_argument("--ours-eval-every-s", type=float, default=2.0)
+    p.add_argument("--stock-eval-every-s", type=float, default=20.0)
     p.add_argument("--stock-runners", type=int, default=8)
     p.add_argument("--stock-envs-per-runner", type=int, default=4)
     p.add_argument("--quick", action="store_true", help="CPU-sized smoke run")
@@ -179,13 +180,13 @@ def main() -> None:
         args.config = "configs/smoke.yaml"
         overrides += ["run.iterations=6"]
         args.ours_budget_s = args.stock_budget_s = 20.0
-        args.eval_every_s = 5.0
+        args.ours_eval_every_s = args.stock_eval_every_s = 5.0
         args.stock_runners, args.stock_envs_per_runner = 0, 1
     settings = load(args.config, overrides)
     ray.init(num_cpus=max(2, args.stock_runners + 2), include_dashboard=False)
 
-    ours = run_ours(settings, args.ours_budget_s, args.eval_every_s)
-    stock = run_stock(settings, args.stock_budget_s, args.eval_every_s, args.stock_runners,
+    ours = run_ours(settings, args.ours_budget_s, args.ours_eval_every_s)
+    stock = run_stock(settings, args.stock_budget_s, args.stock_eval_every_s, args.stock_runners,
                       args.stock_envs_per_runner)
     ray.shutdown()
 
@@ -232,7 +233,8 @@ def main() -> None:
         "config": {"settings": settings.to_dict(), "stock_runners": args.stock_runners,
                    "stock_envs_per_runner": args.stock_envs_per_runner,
                    "ours_budget_s": args.ours_budget_s, "stock_budget_s": args.stock_budget_s,
-                   "eval_every_s": args.eval_every_s},
+                   "ours_eval_every_s": args.ours_eval_every_s,
+                   "stock_eval_every_s": args.stock_eval_every_s},
         "ours": ours, "stock": stock, "summary": summary,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,98 @@
+"""Print the README's performance tables (markdown) from ``benchmarks/results/*.json``.
+
+How to run: ``python benchmarks/tables.py [--dir benchmarks/results]``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def _load(d: Path, name: str):
+    p = d / f"{name}.json"
+    return json.loads(p.read_text()) if p.is_file() else None
+
+
+def _head(r: dict) -> str:
+    hw = r.get("hardware", {})
+    v = r.get("versions", {})
+    gpu = hw.get("gpu") or hw.get("gpu_name") or "?"
+    ver = ", ".join(f"{k} {v[k]}" for k in ("torch", "ray", "cupy") if k in v)
+    return f"_{r.get('date', '?')} · {gpu}{' · ' + ver if ver else ''}_\n"
+
+
+def learner(r) -> str:
+    out = [_head(r), "| variant | batch | median µs/update | updates/s | syncs/update | × stock |",
+           "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for x in r["results"]:
+        out.append(f"| {x['variant']} | {x['batch_size']} | {x['median_us']:.0f} | {x['updates_per_s']:,.0f} "
+                   f"| {x['syncs_per_update']:.2f} | {x['speedup_vs_stock']:.1f} |")
+    return "\n".join(out)
+
+
+def env_runner(r) -> str:
+    s = r["stock"]
+    out = [_head(r), "| runner | envs × T | graph | env steps/s (sample) | env steps/s (sample_device) "
+           "| syncs/sample | event waits/sample |", "| --- | --- | --- | ---: | ---: | ---: | ---: |",
+           f"| stock SingleAgentEnvRunner (gym twin) | {s['envs']} envs | – | {s['env_steps_per_s']:,.0f} | – | – | – |"]
+    for x in r["rows"]:
+        out.append(f"| GPUEnvRunner | {x['envs']:,} × {x['steps']} | {'on' if x['graph'] else 'off'} "
+                   f"| {x['sample_env_steps_per_s']:,.0f} | {x['sample_device_env_steps_per_s']:,.0f} "
+                   f"| {x['syncs_per_sample']} | {x['event_waits_per_sample']} |")
+    return "\n".join(out)
+
+
+def kernels(r) -> str:
+    out = [_head(r), "| kernel | torch twin eager µs | CuPy kernel eager µs | in a CUDA graph µs |",
+           "| --- | ---: | ---: | ---: |"]
+    for x in r["launch"]:
+        out.append(f"| {x['kernel']} | {x['twin_eager_us']:.1f} | {x['eager_us']:.1f} | {x['graph_us']:.2f} |")
+    out += ["", "| Q-stats rows × 45 | twin µs | kernel µs | kernel GB/s | × twin |", "| ---: | ---: | ---: | ---: | ---: |"]
+    for x in r["qstats"]:
+        out.append(f"| {x['rows']:,} | {x['twin_us']:.0f} | {x['kernel_us']:.0f} | {x['kernel_gb_per_s']:.0f} "
+                   f"| {x['speedup_vs_twin']:.1f} |")
+    return "\n".join(out)
+
+
+def env(r) -> str:
+    out = [_head(r), "| envs | eager env steps/s | graphed env steps/s |", "| ---: | ---: | ---: |"]
+    for x in r["batched"]:
+        out.append(f"| {x['num_envs']:,} | {x['env_steps_per_s']:,.0f} | {x.get('graph_env_steps_per_s', 0):,.0f} |")
+    out.append(f"| gymnasium twin (1 env, CPU) | {r['twin']['steps_per_s']:,.0f} | – |")
+    return "\n".join(out)
+
+
+def e2e(r) -> str:
+    s = r["summary"]
+    o, k = r["ours"], r["stock"]
+
+    def first(curve, target):
+        return next((p["train_s"] for p in curve if p["val_sharpe"] >= target), None)
+
+    out = [_head(r), "| | env steps/s | updates/s | train s to val Sharpe ≥ target | best val Sharpe |",
+           "| --- | ---: | ---: | ---: | ---: |"]
+    for name, x in (("ZeroSyncDQN (local.yaml)", o), ("stock RLlib DQN", k)):
+        t = first(x["curve"], s["target_val_sharpe"])
+        best = max(p["val_sharpe"] for p in x["curve"])
+        out.append(f"| {name} | {x['env_steps'] / x['train_s']:,.0f} | {x['updates'] / x['train_s']:,.1f} "
+                   f"| {f'{t:.1f}' if t is not None else 'not reached'} | {best:.2f} |")
+    out.append("")
+    out.append(f"target val Sharpe {s['target_val_sharpe']:.2f}; test Sharpe of our final policy "
+               f"{s['out_of_sample_sharpe']:.2f} (flat 0.00, buy-and-hold {s['test_buy_and_hold_sharpe']:.2f})")
+    return "\n".join(out)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--dir", default="benchmarks/results")
+    d = Path(p.parse_args().dir)
+    for name, fn in (("learner", learner), ("env_runner", env_runner), ("e2e", e2e),
+                     ("kernels", kernels), ("env", env)):
+        r = _load(d, name)
+        if r is not None:
+            print(f"### {name}\n\n{fn(r)}\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,37 @@
+"""Learning check (reduced CPU version of configs/local.yaml): the greedy policy must beat flat
+and buy-and-hold out of sample on the synthetic market."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.slow
+def test_local_config_learns_positive_out_of_sample_sharpe(tmp_path):
+    overrides = {
+        "run.dir": str(tmp_path), "run.name": "learn", "run.iterations": 40, "run.checkpoint_every": 0,
+        "algo.num_envs_per_runner": 256, "algo.rollout_length": 32, "algo.batch_size": 256,
+        "algo.replay_ratio": 2.0, "algo.learning_starts": 10000,
+        "algo.epsilon": "[[0,1.0],[150000,0.05]]", "learner.replay_capacity": 200000,
+    }
+    sets = [x for k, v in overrides.items() for x in ("--set", f"{k}={v}")]
+    out = subprocess.run([sys.executable, "-m", "rl_zerosync", "train", "--config",
+                          str(ROOT / "configs" / "local.yaml"), *sets],
+                         capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    report = json.loads((tmp_path / "learn" / "evaluation" / "metrics.json").read_text())
+    summary = report["summary"]
+    assert summary["segment"] == "test"
+    assert summary["sharpe"] > 0.0, summary
+    assert summary["sharpe"] > summary["buy_and_hold_sharpe"], summary
+    assert (tmp_path / "learn" / "evaluation" / "report.png").stat().st_size > 10_000
+    # Iteration metrics were logged as JSON lines and TensorBoard events.
+    lines = (tmp_path / "learn" / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 40 and json.loads(lines[-1])["iteration"] == 40
+    assert any((tmp_path / "learn" / "tensorboard").iterdir())
