@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-import gym_anytrading
+gym_anytrading = pytest.importorskip("gym_anytrading")  # a dev dependency (real market data)
 from rl_zerosync.envs import BatchedTradingEnv, EnvParams, load_market, make_market
 from rl_zerosync.envs.loaders import corwin_schultz
 from rl_zerosync.envs.market import FeatureConfig
