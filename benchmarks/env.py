@@ -20,53 +20,23 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
-import os
-import platform
 import statistics
 import sys
 import time
 from dataclasses import fields
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from common import hardware, time_cuda_seconds, time_host_seconds, versions, write_json  # noqa: E402
 from rl_zerosync.envs import BatchedTradingEnv, EnvParams, TradingGymEnv, make_market  # noqa: E402
 
 ACTION_BANK = 8  # distinct pre-drawn action rows, cycled
-
-
-def time_cuda(fn: Callable[[], None], *, calls: int, repeats: int, warmup: int = 3) -> float:
-    """Median over ``repeats`` of GPU-timeline seconds per call of ``fn`` (CUDA events)."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(calls):
-            fn()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1e-3 / calls)
-    return statistics.median(samples)
-
-
-def time_host(fn: Callable[[], None], *, calls: int, repeats: int, warmup: int = 3) -> float:
-    """Median over ``repeats`` of wall-clock seconds per call of ``fn``."""
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        samples.append((time.perf_counter() - t0) / calls)
-    return statistics.median(samples)
 
 
 class Stepper:
@@ -103,7 +73,7 @@ def graph_step_seconds(env: BatchedTradingEnv, stepper: Stepper, *, steps: int, 
             if first is not last:
                 first.copy_(last)
     env.state = state0
-    seconds = time_cuda(graph.replay, calls=3, repeats=repeats) / steps
+    seconds = time_cuda_seconds(graph.replay, calls=3, repeats=repeats) / steps
     del graph
     return seconds
 
@@ -127,23 +97,6 @@ def twin_steps_per_s(market, params: EnvParams, steps: int) -> float:
     return statistics.median(samples)
 
 
-def versions() -> dict:
-    import gymnasium
-    import ray
-
-    return {"python": platform.python_version(), "torch": torch.__version__, "torch_cuda": torch.version.cuda,
-            "gymnasium": gymnasium.__version__, "ray": ray.__version__, "numpy": np.__version__}
-
-
-def hardware(device: torch.device) -> dict:
-    hw = {"platform": platform.platform(), "cpu_count": os.cpu_count(), "device": str(device),
-          "torch_threads": torch.get_num_threads()}
-    if device.type == "cuda":
-        hw["gpu"] = torch.cuda.get_device_name(device)
-        hw["gpu_memory_gib"] = round(torch.cuda.get_device_properties(device).total_memory / 2**30, 1)
-    return hw
-
-
 def run(args: argparse.Namespace) -> dict:
     cuda = not args.quick
     if cuda and not torch.cuda.is_available():
@@ -160,7 +113,7 @@ def run(args: argparse.Namespace) -> dict:
     for n in sizes:
         env = BatchedTradingEnv(market, params, num_envs=n, device=device, seed=1)
         stepper = Stepper(env, seed=n)
-        timer = time_cuda if cuda else time_host
+        timer = time_cuda_seconds if cuda else time_host_seconds
         sec = timer(stepper, calls=args.calls, repeats=args.repeats)
         row = {"num_envs": n, "step_us": sec * 1e6, "env_steps_per_s": n / sec, "graph_step_us": None,
                "graph_env_steps_per_s": None}
@@ -226,10 +179,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
         args.bars, args.twin_steps = min(args.bars, 5000), min(args.twin_steps, 500)
     result = run(args)
     print_tables(result)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"\nwrote {out}")
+    write_json(result, args.out)
     return result
 
 

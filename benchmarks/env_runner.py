@@ -31,8 +31,6 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -48,6 +46,7 @@ from ray.rllib.algorithms.dqn import DQNConfig  # noqa: E402
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec  # noqa: E402
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner  # noqa: E402
 
+from common import hardware, versions, write_json  # noqa: E402
 import rl_zerosync.envs  # noqa: E402,F401  (registers the gymnasium id)
 from rl_zerosync.env_runner import GPUEnvRunner  # noqa: E402
 from rl_zerosync.module import ZeroSyncQModule  # noqa: E402
@@ -157,28 +156,6 @@ def bench_ours(args: argparse.Namespace, n: int, graph: bool, device: str) -> di
     return row
 
 
-def versions() -> dict:
-    import ray
-
-    out = {"python": platform.python_version(), "torch": torch.__version__, "torch_cuda": torch.version.cuda,
-           "ray": ray.__version__}
-    try:
-        import cupy
-
-        out["cupy"] = cupy.__version__
-    except Exception as exc:  # the CPU path runs without CuPy
-        out["cupy"] = f"unavailable ({type(exc).__name__})"
-    return out
-
-
-def hardware(cuda: bool) -> dict:
-    hw = {"platform": platform.platform(), "cpu_count": os.cpu_count()}
-    if cuda:
-        hw["gpu"] = torch.cuda.get_device_name()
-        hw["gpu_memory_gib"] = round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1)
-    return hw
-
-
 def run(args: argparse.Namespace) -> dict:
     cuda = not args.quick
     if cuda and not torch.cuda.is_available():
@@ -215,7 +192,7 @@ def run(args: argparse.Namespace) -> dict:
     return {
         "name": "env_runner",
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "hardware": hardware(cuda),
+        "hardware": hardware("cuda" if cuda else "cpu"),
         "versions": versions(),
         "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(args).items()},
         "stock": stock,
@@ -269,10 +246,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
         args.stock_repeats = min(args.stock_repeats, 2)
     result = run(args)
     print_table(result)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"\nwrote {out}")
+    write_json(result, args.out)
     return result
 
 

@@ -19,11 +19,8 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
-import os
-import platform
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -31,6 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from common import hardware, time_cuda_seconds, time_host_seconds, versions, write_json  # noqa: E402
 from rl_zerosync.kernels import Kernels, get_kernels, qstats_scratch_numel  # noqa: E402
 
 KERNEL_NAMES = ("guard_check", "guard_accumulate", "qstats", "divergence", "epsilon_greedy", "branching_select",
@@ -66,36 +64,6 @@ def make_launchers(k: Kernels, device: torch.device, *, envs: int, actions: int,
     }
 
 
-def time_cuda(fn: Callable[[], None], *, calls: int, repeats: int, warmup: int = 3) -> float:
-    """Median over ``repeats`` of the GPU-timeline microseconds per call of ``fn`` (CUDA events)."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(calls):
-            fn()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1e3 / calls)
-    return statistics.median(samples)
-
-
-def time_host(fn: Callable[[], None], *, calls: int, repeats: int, warmup: int = 3) -> float:
-    """Median over ``repeats`` of wall-clock microseconds per call (CPU path)."""
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        samples.append((time.perf_counter() - t0) * 1e6 / calls)
-    return statistics.median(samples)
-
-
 def graph_per_launch_us(fn: Callable[[], None], *, launches: int, repeats: int) -> float:
     """Microseconds per launch of ``fn`` replayed inside a CUDA graph of ``launches`` launches."""
     side = torch.cuda.Stream()
@@ -109,28 +77,7 @@ def graph_per_launch_us(fn: Callable[[], None], *, launches: int, repeats: int) 
     with torch.cuda.graph(graph):
         for _ in range(launches):
             fn()
-    return time_cuda(graph.replay, calls=5, repeats=repeats) / launches
-
-
-def versions() -> dict:
-    out = {"python": platform.python_version(), "torch": torch.__version__, "torch_cuda": torch.version.cuda}
-    try:
-        import cupy
-
-        out["cupy"] = cupy.__version__
-        out["cuda_runtime"] = cupy.cuda.runtime.runtimeGetVersion()
-        out["cuda_driver"] = cupy.cuda.runtime.driverGetVersion()
-    except Exception as exc:  # the CPU path runs without CuPy
-        out["cupy"] = f"unavailable ({type(exc).__name__})"
-    return out
-
-
-def hardware(device: torch.device) -> dict:
-    hw = {"platform": platform.platform(), "cpu_count": os.cpu_count(), "device": str(device)}
-    if device.type == "cuda":
-        hw["gpu"] = torch.cuda.get_device_name(device)
-        hw["gpu_memory_gib"] = round(torch.cuda.get_device_properties(device).total_memory / 2**30, 1)
-    return hw
+    return time_cuda_seconds(graph.replay, calls=5, repeats=repeats) * 1e6 / launches
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -152,12 +99,12 @@ def run(args: argparse.Namespace) -> dict:
     for name in KERNEL_NAMES:
         row: dict[str, Optional[float]] = {"kernel": name}
         if cuda:
-            row["twin_eager_us"] = time_cuda(twin_l[name], calls=args.eager_calls, repeats=args.repeats)
-            row["eager_us"] = time_cuda(cuda_l[name], calls=args.eager_calls, repeats=args.repeats)
+            row["twin_eager_us"] = time_cuda_seconds(twin_l[name], calls=args.eager_calls, repeats=args.repeats) * 1e6
+            row["eager_us"] = time_cuda_seconds(cuda_l[name], calls=args.eager_calls, repeats=args.repeats) * 1e6
             row["graph_us"] = graph_per_launch_us(cuda_l[name], launches=args.graph_launches, repeats=args.repeats)
             row["graph_speedup_vs_eager"] = row["eager_us"] / row["graph_us"]
         else:
-            row["twin_eager_us"] = time_host(twin_l[name], calls=args.eager_calls, repeats=args.repeats)
+            row["twin_eager_us"] = time_host_seconds(twin_l[name], calls=args.eager_calls, repeats=args.repeats) * 1e6
             row["eager_us"] = row["graph_us"] = row["graph_speedup_vs_eager"] = None
         launch_rows.append(row)
 
@@ -166,12 +113,12 @@ def run(args: argparse.Namespace) -> dict:
         q = torch.randn(rows, args.actions, generator=torch.Generator().manual_seed(rows)).to(device)
         out, scratch = torch.zeros(5, device=device), torch.zeros(qstats_scratch_numel(rows), device=device)
         calls = 20 if rows >= 65536 else 200
-        timer = time_cuda if cuda else time_host
-        twin_us = timer(twin.bind_qstats(q, out, scratch), calls=calls, repeats=args.repeats)
+        timer = time_cuda_seconds if cuda else time_host_seconds
+        twin_us = timer(twin.bind_qstats(q, out, scratch), calls=calls, repeats=args.repeats) * 1e6
         row = {"rows": rows, "actions": args.actions, "twin_us": twin_us, "kernel_us": None,
                "kernel_gb_per_s": None, "speedup_vs_twin": None}
         if kernels is not None:
-            kernel_us = time_cuda(kernels.bind_qstats(q, out, scratch), calls=calls, repeats=args.repeats)
+            kernel_us = time_cuda_seconds(kernels.bind_qstats(q, out, scratch), calls=calls, repeats=args.repeats) * 1e6
             row.update(kernel_us=kernel_us, kernel_gb_per_s=q.numel() * 4 / kernel_us / 1e3,
                        speedup_vs_twin=twin_us / kernel_us)
         qstats_rows.append(row)
@@ -232,10 +179,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
         args.repeats = min(args.repeats, 3)
     result = run(args)
     print_tables(result)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"\nwrote {out}")
+    write_json(result, args.out)
     return result
 
 
