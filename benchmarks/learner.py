@@ -31,10 +31,7 @@ import argparse
 import datetime
 import json
 import logging
-import os
-import platform
 import statistics
-import sys
 import time
 import warnings
 from typing import Callable, Dict, List, Optional
@@ -48,6 +45,7 @@ from ray.rllib.algorithms.dqn import DQNConfig
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 from ray.rllib.utils.metrics import NUM_AGENT_STEPS_SAMPLED_LIFETIME, NUM_ENV_STEPS_SAMPLED_LIFETIME
 
+from common import hardware, versions, write_json
 from rl_zerosync.learner import ZeroSyncDQNTorchLearner
 from rl_zerosync.module import make_module_spec
 
@@ -169,22 +167,6 @@ def bench_ours(batch: int, graph: bool, args, device: torch.device) -> Dict[str,
             "captured": bool(learner._graphed is not None and learner._graphed.captured)}
 
 
-def hardware(device: torch.device) -> Dict[str, str]:
-    info = {"platform": platform.platform(), "cpu": platform.processor() or platform.machine(),
-            "cpu_count": str(os.cpu_count()), "python": sys.version.split()[0], "torch": torch.__version__,
-            "ray": ray.__version__}
-    if device.type == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(device)
-        info["cuda"] = str(torch.version.cuda)
-    try:
-        import cupy
-
-        info["cupy"] = cupy.__version__
-    except Exception:  # cupy is optional
-        info["cupy"] = "not installed"
-    return info
-
-
 def main(argv: Optional[List[str]] = None) -> Dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="small sizes; runs on CPU")
@@ -239,6 +221,7 @@ def main(argv: Optional[List[str]] = None) -> Dict:
         "name": "learner",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         "hardware": hardware(device),
+        "versions": versions(),
         "config": {"device": str(device), "quick": args.quick, "batch_sizes": args.batch_sizes,
                    "updates_per_repeat": args.k, "repeats": args.repeats, "obs_dim": OBS_DIM,
                    "num_actions": NUM_ACTIONS, "hidden": args.hidden, "replay_capacity": args.capacity,
@@ -247,10 +230,7 @@ def main(argv: Optional[List[str]] = None) -> Dict:
         "summary": summary,
     }
     print("summary:", json.dumps(summary))
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=2)
-    print(f"wrote {args.out}")
+    write_json(result, args.out)
     return result
 
 
