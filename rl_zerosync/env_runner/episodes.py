@@ -57,7 +57,7 @@ class EpisodeBuilder:
         episodes: List[SingleAgentEpisode] = []
         for i in range(num_envs):
             start = 0
-            for end in ends_per_env[i].tolist():
+            for end in ends_per_env[i].tolist():  # host read: numpy already on the host
                 episodes.append(
                     self._chunk(i, start, int(end), True, obs, next_obs, actions, rewards,
                                 terminateds, truncateds)

@@ -237,6 +237,7 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
             if device_output or self.settings.output == "columnar":
                 out = {k: side[k] for k in ROLLOUT_KEYS}
             else:
+                # host read: views of the pinned host copy (the one readback already happened)
                 out = self._episodes.build(*(host[k].numpy() for k in (
                     "obs", "next_obs", "actions", "rewards", "terminateds", "truncateds")))
             self._log_rollout_metrics(host)
@@ -274,7 +275,7 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
             m.log_value(EPISODE_RETURN_MAX, stats["return_max"], reduce="max", window=win)
             m.log_value(EPISODE_LEN_MIN, stats["len_min"], reduce="min", window=win)
             m.log_value(EPISODE_LEN_MAX, stats["len_max"], reduce="max", window=win)
-        trading = summarize_metrics(host["env_metrics"].tolist())  # host tensor
+        trading = summarize_metrics(host["env_metrics"].tolist())  # host read: pinned host copy
         for key, value in trading.items():
             if key.startswith("episode_") and done == 0:
                 continue

@@ -51,7 +51,7 @@ class EvalResult:
             "assets": list(self.assets),
             "metrics": self.metrics,
             "baselines": self.baselines,
-            "action_mix": dict(action_mix(self.action_counts.tolist())),
+            "action_mix": dict(action_mix(self.action_counts.tolist())),  # host read: numpy counts
             "action_counts": [int(c) for c in self.action_counts],
         }
 

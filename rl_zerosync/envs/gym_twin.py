@@ -100,7 +100,7 @@ class TradingGymEnv(gym.Env):
             self._state = reset_state(self.data, self.tables, torch.ones(1, dtype=torch.bool), self._state,
                                       self._state.counter)
         obs = observe(self.data, self.tables, self._state)
-        return obs[0].numpy(), self._info(self._state)
+        return obs[0].numpy(), self._info(self._state)  # host read: the CPU twin returns numpy
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
         if self._state is None:
@@ -120,6 +120,7 @@ class TradingGymEnv(gym.Env):
             action=int(actions[0]), trade=float(step_info.trade[0]), cost=float(step_info.cost[0]),
             pnl=float(step_info.pnl[0]),
         )
+        # host read: the CPU twin returns numpy and Python scalars (gymnasium API)
         return final_obs[0].numpy(), float(reward[0]), bool(terminated[0]), bool(truncated[0]), info
 
     def _route_exposure(self, exposure: torch.Tensor) -> torch.Tensor:
