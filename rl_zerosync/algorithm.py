@@ -79,6 +79,17 @@ class ZeroSyncDQNConfig(DQNConfig):
         return ZeroSyncDQNTorchLearner
 
 
+def _values(results) -> list:
+    """Values of remote learner calls; re-raises the first remote error (e.g. TrainingHalted)."""
+    values = []
+    for result in results:
+        value = result.get()
+        if not result.ok:
+            raise value
+        values.append(value)
+    return values
+
+
 def updates_for(env_steps: int, replay_ratio: float, batch_size: int) -> int:
     """K updates for ``env_steps`` new env steps: ``max(1, round(ratio * steps / batch))``."""
     return max(1, int(round(replay_ratio * env_steps / batch_size)))
@@ -134,7 +145,7 @@ class ZeroSyncDQN(DQN):
                 if len(_rollouts) < _n or i % _n == rank:
                     lrn.replay.add(rollout)
 
-        self.learner_group.foreach_learner(add_shard)
+        _values(self.learner_group.foreach_learner(add_shard))
 
     def _train(self, num_updates: int) -> list[dict]:
         if self.learner_group.is_local:
@@ -148,7 +159,7 @@ class ZeroSyncDQN(DQN):
             lrn.collect_metrics()
             return lrn.metrics.reduce()
 
-        return list(self.learner_group.foreach_learner(train_and_read))
+        return _values(self.learner_group.foreach_learner(train_and_read))
 
     def _sync_weights(self) -> None:
         runner, learner = self._local_runner_and_learner()

@@ -16,7 +16,8 @@ SETTINGS_FILE = "settings.yaml"
 
 
 def init_ray(settings: Settings) -> None:
-    """Join a running cluster (``ray job submit`` sets RAY_ADDRESS) or start a local instance."""
+    """Join the cluster named by RAY_ADDRESS (``ray job submit`` sets it; ``RAY_ADDRESS=auto`` joins a
+    cluster started on this machine with ``ray start``) or start a private local instance."""
     import ray
 
     if ray.is_initialized():
@@ -24,7 +25,7 @@ def init_ray(settings: Settings) -> None:
     if os.environ.get("RAY_ADDRESS"):
         ray.init(log_to_driver=True)
         return
-    kwargs = {"include_dashboard": False, "log_to_driver": True}
+    kwargs = {"address": "local", "include_dashboard": False, "log_to_driver": True}
     if settings.run.num_cpus:
         kwargs["num_cpus"] = settings.run.num_cpus
     ray.init(**kwargs)

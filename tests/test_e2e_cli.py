@@ -82,6 +82,22 @@ def test_kill_and_resume(tmp_path):
     assert first_resumed["env_runners/num_env_steps_sampled_lifetime"] > steps[0]
 
 
+def test_remote_env_runners_and_ddp_learners(tmp_path):
+    """Scale-out path: 2 remote GPUEnvRunner actors + 2 learners (DDP over gloo on the CPU)."""
+    sets = ["--set", f"run.dir={tmp_path}", "--set", "run.name=scale", "--set", "run.iterations=3",
+            "--set", "algo.num_env_runners=2", "--set", "algo.num_learners=2", "--set", "run.num_cpus=5",
+            "--set", "run.evaluate=false"]
+    out = subprocess.run(_cli("train", "--config", str(SMOKE), *sets), capture_output=True, text=True,
+                         env=_env(), cwd=ROOT, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    rows = [json.loads(x) for x in (tmp_path / "scale" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == [1, 2, 3]
+    # Two runners x 16 envs x 32 steps per iteration.
+    assert rows[-1]["env_runners/num_env_steps_sampled_lifetime"] == 3 * 2 * 16 * 32
+    assert rows[-1]["learners/default_policy/zerosync/updates_lifetime"] > 0
+    assert rows[-1]["learners/default_policy/zerosync/skipped"] == 0
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

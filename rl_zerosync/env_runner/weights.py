@@ -27,7 +27,8 @@ def copy_weights_in_place(module: torch.nn.Module, state: Mapping[str, Any]) -> 
     for name, dst in own.items():
         src = state[name]
         if isinstance(src, np.ndarray) or not isinstance(src, torch.Tensor):
-            src = torch.as_tensor(np.asarray(src))
+            # Weights arrive as read-only numpy arrays (Ray's object store); copy to own the memory.
+            src = torch.as_tensor(np.array(src))
         if tuple(src.shape) != tuple(dst.shape):
             raise ValueError(
                 f"weights state[{name!r}] has shape {tuple(src.shape)}, the module expects {tuple(dst.shape)}"
