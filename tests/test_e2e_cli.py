@@ -124,7 +124,13 @@ def test_ray_job_submit(tmp_path):
                "--runtime-env-json", json.dumps({"excludes": [".venv", "runs", ".git", ".device"]}),
                "--", "rl-zerosync", "train", "--config", "configs/smoke.yaml",
                "--set", f"run.dir={tmp_path}", "--set", "run.name=job", "--set", "run.iterations=2"]
-        out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+        deadline = time.time() + 120
+        while True:  # right after `ray start` the head's job agent may not be up yet
+            out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+            if out.returncode == 0 or "No available agent" not in out.stdout + out.stderr:
+                break
+            assert time.time() < deadline, "the head's job agent did not come up in 120 s"
+            time.sleep(3)
         assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
         status = subprocess.run([ray, "job", "status", address, job_id], capture_output=True, text=True,
                                 env=env, timeout=120)
