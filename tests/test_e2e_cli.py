@@ -78,8 +78,32 @@ def test_kill_and_resume(tmp_path):
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [r.get("env_runners/num_env_steps_sampled_lifetime", 0) for r in rows]
     first_resumed = rows[len(done_before)]
-    # Env-step count continues from the checkpoint (not from zero).
+    # Env-step count continues from the checkpoint (not from zero), and so does the epsilon schedule.
     assert first_resumed["env_runners/num_env_steps_sampled_lifetime"] > steps[0]
+    assert first_resumed["env_runners/epsilon"] < rows[0]["env_runners/epsilon"]
+
+
+def test_ctrl_c_writes_a_checkpoint_and_exits_cleanly(tmp_path):
+    run = ["--set", f"run.dir={tmp_path}", "--set", "run.name=c", "--set", "run.iterations=100000",
+           "--set", "run.checkpoint_every=0"]
+    run_dir = tmp_path / "c"
+    proc = subprocess.Popen(_cli("train", "--config", str(SMOKE), *run), env=_env(), cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and len(_iterations(run_dir)) < 2:
+            time.sleep(0.5)
+            assert proc.poll() is None, proc.stdout.read()
+        assert not (run_dir / "checkpoint").exists()  # checkpoint_every=0: only at the end
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, output[-3000:]
+    assert "interrupt: finishing this iteration" in output
+    assert (run_dir / "checkpoint" / "rllib_checkpoint.json").is_file()
+    assert 2 <= len(_iterations(run_dir)) < 100000
 
 
 def test_remote_env_runners_and_ddp_learners(tmp_path):
