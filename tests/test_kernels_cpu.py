@@ -16,6 +16,7 @@ from rl_zerosync.kernels import (
     bind_epsilon_greedy,
     bind_guard_accumulate,
     bind_guard_check,
+    bind_guard_record,
     bind_qstats,
     bind_route,
     get_kernels,
@@ -366,6 +367,68 @@ def test_guard_accumulate_direct_nonfinite_inputs():
     assert accum.tolist() == [1.5, 2.25, 5.0, 1.0, 1.0, 1.0]
 
 
+def _record_bufs():
+    """Fresh guard_record state: accum, qagg (reset as at an iteration start), records, update_index."""
+    return dict(accum=torch.zeros(6, dtype=torch.float64),
+                qagg=torch.tensor([INF, -INF, 0.0, 0.0, 0.0], dtype=torch.float64),
+                records=torch.zeros(3, 6, dtype=torch.float64), update_index=torch.tensor([4.0], dtype=torch.float64))
+
+
+def _record(state, *, flags, div_flag, clipped_loss, loss, grad_norm, qstats):
+    K.guard_record(torch.tensor([clipped_loss]), torch.tensor([loss]), torch.tensor([grad_norm]),
+                   torch.tensor(flags, dtype=torch.int32), torch.tensor(qstats),
+                   torch.tensor([div_flag], dtype=torch.int32),
+                   state["accum"], state["qagg"], state["records"], state["update_index"])
+
+
+def test_guard_record_hand_computed():
+    st = _record_bufs()
+    # update 4: loss clipped (25 -> 10) and a grad collapse; Q finite
+    _record(st, flags=[0, 1, 1], div_flag=0, clipped_loss=10.0, loss=25.0, grad_norm=0.5,
+            qstats=[-1.5, 2.0, 0.25, -0.75, 0.0])
+    assert st["accum"].tolist() == [10.0, 0.5, 1.0, 0.0, 1.0, 1.0]
+    assert st["qagg"].tolist() == [-1.5, 2.0, 0.25, -0.75, 1.0]
+    assert st["records"].tolist() == [[0.0] * 6, [1.0, 4.0, 25.0, 0.5, -1.5, 2.0], [0.0] * 6]
+    assert st["update_index"].tolist() == [5.0]
+    # update 5: non-finite step with non-finite Q and the divergence flag up
+    _record(st, flags=[1, 0, 0], div_flag=1, clipped_loss=0.0, loss=NAN, grad_norm=INF,
+            qstats=[NAN, NAN, NAN, NAN, 1.0])
+    assert st["accum"].tolist() == [10.0, 0.5, 2.0, 1.0, 1.0, 1.0]  # loss / grad norm sums skip it
+    assert st["qagg"].tolist() == [-1.5, 2.0, 0.25, -0.75, 1.0]  # NaN stats are not folded in
+    rec = st["records"]
+    assert rec[0, :2].tolist() == [1.0, 5.0] and math.isnan(rec[0, 2]) and rec[0, 3] == INF
+    assert math.isnan(rec[0, 4]) and math.isnan(rec[0, 5])
+    assert rec[1].tolist() == [1.0, 4.0, 25.0, 0.5, -1.5, 2.0]  # first trigger kept
+    assert torch.equal(rec[2].isnan(), rec[0].isnan()) and rec[2, :2].tolist() == [1.0, 5.0]
+    # update 6: every check fires again; all rows already hold their first trigger
+    before = rec.clone()
+    _record(st, flags=[0, 0, 1], div_flag=1, clipped_loss=3.0, loss=3.0, grad_norm=0.25,
+            qstats=[-3.0, 1.0, 0.5, 0.25, 0.0])
+    assert st["accum"].tolist() == [13.0, 0.75, 3.0, 1.0, 1.0, 2.0]
+    assert st["qagg"].tolist() == [-3.0, 2.0, 0.75, -0.5, 2.0]
+    assert torch.equal(rec.isnan(), before.isnan()) and torch.equal(rec.nan_to_num(), before.nan_to_num())
+    # a cleared row re-arms: the next trigger is stored again
+    rec[2].zero_()
+    _record(st, flags=[0, 0, 0], div_flag=1, clipped_loss=1.0, loss=1.0, grad_norm=2.0,
+            qstats=[0.5, 4.0, 1.0, 1.0, 0.0])
+    assert rec[2].tolist() == [1.0, 7.0, 1.0, 2.0, 0.5, 4.0]
+    assert st["qagg"].tolist() == [-3.0, 4.0, 1.75, 0.5, 3.0]
+    assert st["update_index"].tolist() == [8.0]
+
+
+def test_guard_record_accumulates_like_guard_accumulate():
+    g = torch.Generator().manual_seed(4)
+    a, st = torch.zeros(6, dtype=torch.float64), _record_bufs()
+    for i in range(20):
+        flags = torch.randint(0, 2, (3,), generator=g, dtype=torch.int32)
+        cl, gn = torch.rand(1, generator=g) * 5, torch.rand(1, generator=g)
+        K.guard_accumulate(cl, gn, flags, a)
+        K.guard_record(cl, cl, gn, flags, torch.zeros(5), torch.zeros(1, dtype=torch.int32), st["accum"], st["qagg"],
+                       st["records"], st["update_index"])
+    assert torch.equal(a, st["accum"])
+    assert st["update_index"].tolist() == [24.0]
+
+
 # ----------------------------------------------------------------------------- qstats
 def _qstats(q):
     q = torch.as_tensor(q, dtype=torch.float32)
@@ -468,6 +531,42 @@ def test_bind_option_errors():
         bind_guard_accumulate(torch.zeros(1), torch.zeros(1), torch.zeros(3, dtype=torch.int32), torch.zeros(6))
     with pytest.raises(ValueError, match="wide"):
         bind_route(*_route_bufs(3), wide=NAN)
+
+
+def _guard_record_bufs():
+    f, i = (lambda: torch.zeros(1)), (lambda n: torch.zeros(n, dtype=torch.int32))  # noqa: E731
+    return dict(clipped_loss=f(), loss=f(), grad_norm=f(), flags=i(3), qstats_out=torch.zeros(5), div_flag=i(1),
+                **_record_bufs())
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (dict(loss=torch.zeros(1, dtype=torch.float64)), "loss must have dtype torch.float32"),
+        (dict(qstats_out=torch.zeros(4)), r"qstats_out must have shape \[5\]"),
+        (dict(div_flag=torch.zeros(1)), "div_flag must have dtype torch.int32"),
+        (dict(qagg=torch.zeros(5)), "qagg must have dtype torch.float64"),
+        (dict(records=torch.zeros(18, dtype=torch.float64)), r"records must have shape \[3, 6\]"),
+        (dict(records=torch.zeros(6, 3, dtype=torch.float64).t()), "records must be contiguous"),
+        (dict(update_index=torch.zeros(1, dtype=torch.float64, device="meta")), "update_index must be on device cpu"),
+        (dict(accum=[0.0] * 6), "accum must be a torch.Tensor"),
+    ],
+)
+def test_bind_guard_record_errors(change, match):
+    bufs = {**_guard_record_bufs(), **change}
+    with pytest.raises(ValueError, match=match):
+        bind_guard_record(**bufs)
+
+
+def test_bind_guard_record_returns_working_launcher():
+    bufs = _guard_record_bufs()
+    bufs["flags"][0] = 1
+    launch = K.bind_guard_record(*bufs.values())
+    launch()
+    launch()
+    assert bufs["accum"].tolist() == [0.0, 0.0, 2.0, 2.0, 0.0, 0.0]
+    assert bufs["records"][0].tolist() == [1.0, 4.0, 0.0, 0.0, 0.0, 0.0]
+    assert bufs["update_index"].tolist() == [6.0]
 
 
 def test_bind_qstats_errors():

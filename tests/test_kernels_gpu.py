@@ -15,7 +15,7 @@ SIZES = (1, 7, 257, 4099)
 NAN, INF = float("nan"), float("inf")
 LOSS_CLIP, COLLAPSE, THRESHOLD, PATIENCE, SEED = 10.0, 0.05, 10.0, 2, 99
 INT_KEYS = ("flags", "counter", "flag", "actions", "bactions", "ractions")
-FLOAT_KEYS = ("clipped_loss", "loss_scale", "found_inf", "accum", "qout")
+FLOAT_KEYS = ("clipped_loss", "loss_scale", "found_inf", "accum", "qout", "qagg", "records", "update_index")
 
 
 @pytest.fixture(scope="module")
@@ -174,6 +174,40 @@ def test_guard_parity(kc, kt, dev):
     assert float(accum_c[3]) > 0 and float(accum_c[4]) > 0 and float(accum_c[5]) > 0
 
 
+def _record_state(dev):
+    return [torch.zeros(6, dtype=torch.float64, device=dev),
+            torch.tensor([INF, -INF, 0.0, 0.0, 0.0], dtype=torch.float64, device=dev),
+            torch.zeros(3, 6, dtype=torch.float64, device=dev), torch.zeros(1, dtype=torch.float64, device=dev)]
+
+
+def test_guard_record_parity(kc, kt, dev):
+    g = _gen(21)
+    state_c, state_t = _record_state(dev), _record_state(dev)
+    for i in range(60):
+        flags = torch.randint(0, 2, (3,), generator=g, dtype=torch.int32)
+        div_flag = torch.randint(0, 2, (1,), generator=g, dtype=torch.int32)
+        loss = torch.randn(1, generator=g) * 20
+        grad = torch.rand(1, generator=g)
+        if i % 7 == 3:
+            loss[0], grad[0] = NAN, INF
+        stats = torch.randn(5, generator=g) * 4
+        stats[4] = 0.0
+        if i % 5 == 2:
+            stats[:4] = NAN
+            stats[4] = 1.0
+        inputs = [t.to(dev) for t in (loss.clamp(max=10.0), loss, grad, flags, stats, div_flag)]
+        kc.guard_record(*inputs, *state_c)
+        kt.guard_record(*inputs, *state_t)
+        for x, y in zip(state_c, state_t):  # the same float64 IEEE ops in the same order: exact
+            torch.testing.assert_close(x, y, rtol=0.0, atol=0.0, equal_nan=True)
+        if i % 11 == 10:  # a boundary read clears rows: they re-arm
+            for st in (state_c, state_t):
+                st[2][i % 3].zero_()
+    records = state_c[2].cpu()
+    assert (records[:, 0] == 1.0).all() and float(state_c[3]) == 60.0
+    assert float(state_c[1][4]) == 60 - len([i for i in range(60) if i % 5 == 2])
+
+
 def _qstats_pair(kc, kt, q, dev):
     b = q.shape[0]
     out_c = torch.full((5,), -9.0, device=dev)
@@ -256,6 +290,9 @@ def _make_buffers(dev, n: int = 257, a: int = 45, b: int = 4099) -> dict[str, to
         bactions=torch.zeros(n, **i64),
         exposure=torch.zeros(n, **i64), spread=torch.zeros(n, **f), mspread=torch.zeros(n, **f),
         vol=torch.zeros(n, **f), mvol=torch.zeros(n, **f), ractions=torch.zeros(n, **i64),
+        qagg=torch.zeros(5, dtype=torch.float64, device=dev),
+        records=torch.zeros(3, 6, dtype=torch.float64, device=dev),
+        update_index=torch.zeros(1, dtype=torch.float64, device=dev),
     )
 
 
@@ -284,6 +321,11 @@ def _fill(bufs: dict[str, torch.Tensor], seed: int) -> None:
     exposure, spread, ms, vol, mv = _route_inputs(n, seed, "cpu")
     for k, v in (("exposure", exposure), ("spread", spread), ("mspread", ms), ("vol", vol), ("mvol", mv)):
         bufs[k].copy_(v)
+    bufs["qagg"].copy_(torch.tensor([1.0 + seed, -1.0 - seed, 0.5, 0.25, 2.0], dtype=torch.float64))
+    bufs["records"].zero_()
+    if seed % 2:
+        bufs["records"][1].fill_(-7)  # a row that already holds its first trigger
+    bufs["update_index"].fill_(10.0 * seed)
 
 
 def _bind_all(k, bufs) -> dict[str, object]:
@@ -299,6 +341,8 @@ def _bind_all(k, bufs) -> dict[str, object]:
         "branching_select": k.bind_branching_select(b["qe"], b["qo"], b["qu"], b["eps"], b["step"], b["bactions"],
                                                     seed=SEED),
         "route": k.bind_route(b["exposure"], b["spread"], b["mspread"], b["vol"], b["mvol"], b["ractions"]),
+        "guard_record": k.bind_guard_record(b["clipped_loss"], b["loss"], b["grad_norm"], b["flags"], b["qout"],
+                                            b["flag"], b["accum"], b["qagg"], b["records"], b["update_index"]),
     }
 
 
@@ -353,7 +397,7 @@ def _capture(launchers) -> torch.cuda.CUDAGraph:
 
 
 @pytest.mark.parametrize("name", ["all", "guard_check", "guard_accumulate", "qstats", "divergence",
-                                  "epsilon_greedy", "branching_select", "route"])
+                                  "epsilon_greedy", "branching_select", "route", "guard_record"])
 def test_graph_replay_equals_eager_and_twin(kc, kt, dev, name):
     bufs = _make_buffers(dev)
     _fill(bufs, 0)

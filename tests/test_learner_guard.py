@@ -188,3 +188,21 @@ def build_learner_with_schedule():
     )
     spaces = {"default_policy": (gym.spaces.Box(-1.0, 1.0, (OBS_DIM,), np.float32), gym.spaces.Discrete(5))}
     return cfg.build_learner(spaces=spaces)
+
+
+def test_record_takes_q_of_a_bound_shape_without_a_copy():
+    learner = build_learner(batch=8)
+    learner.replay.add(rollout())
+    learner.train(1)  # binds Q stats for [8, 45]
+    guard = learner.guard
+    q = torch.randn(8, 45)
+    q[3, 7] = 50.0
+    before = guard.qagg.clone()
+    guard.record(q)  # stats of this Q (not of a stale static copy) reach the aggregate
+    assert float(guard.qagg[1]) == 50.0 and float(guard.qagg[4]) == float(before[4]) + 1.0
+    with pytest.raises(ValueError, match="bound with bind_q"):
+        guard.record(torch.randn(7, 45))
+    with pytest.raises(ValueError, match="contiguous float32"):
+        guard.record(torch.randn(45, 8).t())
+    with pytest.raises(ValueError, match="contiguous float32"):
+        guard.record(q.double())

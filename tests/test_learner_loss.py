@@ -161,3 +161,43 @@ def test_learner_gradient_matches_float64_autograd(mode):
     torch.stack(losses).mean().backward()
     for p, p64 in zip(module.q_net.parameters(), net64.parameters()):
         np.testing.assert_allclose(p.grad.numpy(), p64.grad.numpy(), rtol=1e-4, atol=1e-6)
+
+
+def _loss_and_grads(fwd, batch, branching, loss, **kw):
+    leaves = [t for v in fwd.values() for t in (v if isinstance(v, tuple) else (v,)) if t.requires_grad]
+    for t in leaves:
+        t.grad = None
+    out = td_loss(fwd_out=fwd, batch=batch, branching=branching, gamma=0.93, double_q=True, loss_type=loss, **kw)
+    out.loss.backward()
+    return out, [t.grad.clone() for t in leaves]
+
+
+@pytest.mark.parametrize("mode", ["routed", "flat", "branching"])
+@pytest.mark.parametrize("loss", ["huber", "mse"])
+@pytest.mark.parametrize("b", [11, 13, 256])
+def test_batch_without_weights_is_bitwise_weights_of_one(mode, loss, b):
+    """No ``weights`` column (uniform replay) gives the very bits of weights = 1: loss, |TD|, gradient."""
+    branching = mode == "branching"
+    g = torch.Generator().manual_seed(b)
+    shapes = [(b, 5), (b, 3), (b, 3)] if branching else [(b, 5 if mode == "routed" else 45)]
+    q, qn, qt = ([(torch.randn(s, generator=g) * 3).requires_grad_(i == 0) for s in shapes] for i in range(3))
+    fwd = ({BRANCH_QF_PREDS: tuple(q), BRANCH_QF_NEXT_PREDS: tuple(qn), BRANCH_QF_TARGET_NEXT_PREDS: tuple(qt)}
+           if branching else {QF_PREDS: q[0], QF_NEXT_PREDS: qn[0], QF_TARGET_NEXT_PREDS: qt[0]})
+    batch = {
+        Columns.ACTIONS: torch.randint(0, 45 if mode != "routed" else 5, (b,), generator=g),
+        Columns.REWARDS: torch.randn(b, generator=g) * 2,
+        Columns.TERMINATEDS: torch.rand(b, generator=g) < 0.3,
+        "discounts": 0.93 ** torch.randint(1, 4, (b,), generator=g).float(),
+    }
+    ref, ref_grads = _loss_and_grads(fwd, {**batch, "weights": torch.ones(b)}, branching, loss)
+    out, grads = _loss_and_grads(fwd, batch, branching, loss)
+    assert torch.equal(out.loss, ref.loss) and torch.equal(out.td_abs, ref.td_abs) and torch.equal(out.q, ref.q)
+    for x, y in zip(grads, ref_grads):
+        assert torch.equal(x, y)
+    # float terminateds take the multiply path: same bootstrap bits as the bool where
+    flt, _ = _loss_and_grads(fwd, {**batch, Columns.TERMINATEDS: batch[Columns.TERMINATEDS].float()}, branching, loss)
+    assert torch.equal(flt.loss, out.loss) and torch.equal(flt.td_abs, out.td_abs)
+    lean, lean_grads = _loss_and_grads(fwd, batch, branching, loss, need_td_abs=False)
+    assert lean.td_abs is None and torch.equal(lean.loss, out.loss)
+    for x, y in zip(lean_grads, grads):
+        assert torch.equal(x, y)

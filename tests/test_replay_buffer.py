@@ -6,7 +6,10 @@ import pytest
 import torch
 from scipy import stats
 
-from rl_zerosync.learner.replay import DeviceReplayBuffer
+import dataclasses
+
+from rl_zerosync.kernels.rng import MASK32, combine, hash32, seed_key
+from rl_zerosync.learner.replay import STREAM_SAMPLE, DeviceReplayBuffer
 
 
 def make_rollout(t_len: int, n_envs: int, obs_dim: int = 3, *, seed: int = 0, p_term=0.15, p_trunc=0.1):
@@ -192,3 +195,72 @@ def test_add_validation_names_the_column():
         make_buffer().sample(4)
     with pytest.raises(ValueError, match="capacity"):
         DeviceReplayBuffer(capacity=0, obs_shape=(3,), device=torch.device("cpu"), gamma=0.9, n_step=1)
+
+
+def test_packed_rows_back_storage_and_samples():
+    buf = DeviceReplayBuffer(capacity=50, obs_shape=(2, 3), device=torch.device("cpu"), gamma=0.9, n_step=2)
+    ro = make_rollout(5, 4, obs_dim=6)
+    ro["obs"], ro["next_obs"] = ro["obs"].reshape(5, 4, 2, 3), ro["next_obs"].reshape(5, 4, 2, 3)
+    buf.add(ro)
+    assert buf.row_words % 4 == 0
+    base = buf._packed.data_ptr()
+    for k, col in buf.storage.items():  # every column is a view into the one packed tensor
+        assert col.shape[0] == 50 and col.untyped_storage().data_ptr() == base, k
+    assert (buf.storage["next_obs"].data_ptr() - base) % 16 == 0 and (buf.storage["actions"].data_ptr() - base) % 8 == 0
+    assert buf.storage["obs"].shape == (50, 2, 3) and buf.storage["obs"].dtype == torch.float32
+    assert buf.storage["terminateds"].dtype == torch.bool and buf.storage["actions"].dtype == torch.int64
+    assert torch.equal(buf.storage["obs"][:20], ro["obs"].reshape(20, 2, 3))
+    assert torch.equal(buf.storage["actions"][:20], ro["actions"].reshape(20))
+    out = buf.make_sample_buffers(9)
+    buf.sample_into(out)
+    for k in ("obs", "next_obs", "actions", "rewards", "discounts", "terminateds"):
+        col = getattr(out, k)
+        assert col.untyped_storage().data_ptr() == out.packed.data_ptr(), k
+        assert torch.equal(col, buf.storage[k][out.indices]), k
+
+
+def test_sampled_indices_follow_the_documented_hash():
+    """index_i = (hash32(K_i ^ hash32(step_lo32 ^ seed_key)) * size) >> 32, step by step."""
+    buf = make_buffer(capacity=100, seed=21)
+    buf.add(make_rollout(7, 3))  # 21 rows
+    b = 33
+    keys = combine(combine(seed_key(21), STREAM_SAMPLE), torch.arange(b))
+    out = buf.make_sample_buffers(b)
+
+    def expected(step: int) -> torch.Tensor:
+        return (hash32(keys ^ hash32((step & MASK32) ^ seed_key(21))) * 21) >> 32
+
+    for step in range(4):
+        buf.sample_into(out)
+        assert torch.equal(out.indices, expected(step)), step
+    state = buf.state_dict()
+    state["rng_step"] = 2**32 + 5  # only the low 32 bits of the counter enter the hash
+    buf.load_state_dict(state)
+    buf.sample_into(out)
+    assert torch.equal(out.indices, expected(5))
+    assert int(buf.rng_step) == 2**32 + 6
+    buf.sample_into(out)
+    assert torch.equal(out.indices, expected(6))
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_unpacked_sample_buffers_draw_the_same(prioritized):
+    """A ReplaySample without the packed rows / RNG scratch (columns filled one by one) is equivalent."""
+    a, b = make_buffer(capacity=40, seed=2, prioritized=prioritized), make_buffer(capacity=40, seed=2,
+                                                                                  prioritized=prioritized)
+    for buf in (a, b):
+        buf.add(make_rollout(6, 5))
+        if prioritized:
+            buf.update_priorities(torch.arange(10), torch.linspace(0.1, 3.0, 10))
+    packed = a.make_sample_buffers(16)
+    fresh = b.make_sample_buffers(16)
+    plain = dataclasses.replace(fresh, packed=None, rng_words=None,
+                                **{k: getattr(fresh, k).clone() for k in ("obs", "next_obs", "actions", "rewards",
+                                                                          "discounts", "terminateds")})
+    for _ in range(3):
+        a.sample_into(packed)
+        b.sample_into(plain)
+        assert torch.equal(packed.indices, plain.indices) and torch.equal(packed.weights, plain.weights)
+        for k, v in packed.as_batch().items():
+            assert torch.equal(v, plain.as_batch()[k]), k
+    assert torch.equal(a.rng_step, b.rng_step)

@@ -54,6 +54,22 @@ class Kernels:
         """``accum += (loss, grad_norm, 1, nonfinite, clipped, collapse)``; sums skip non-finite steps."""
         raise NotImplementedError
 
+    def guard_record(
+        self,
+        clipped_loss: torch.Tensor,
+        loss: torch.Tensor,
+        grad_norm: torch.Tensor,
+        flags: torch.Tensor,
+        qstats_out: torch.Tensor,
+        div_flag: torch.Tensor,
+        accum: torch.Tensor,
+        qagg: torch.Tensor,
+        records: torch.Tensor,
+        update_index: torch.Tensor,
+    ) -> None:
+        """``guard_accumulate``, then fold the Q stats into ``qagg``, store first-trigger records, bump the index."""
+        raise NotImplementedError
+
     def qstats(self, q: torch.Tensor, out: torch.Tensor, scratch: torch.Tensor) -> None:
         """``out = (min, max, mean) of row-max Q, mean Q, nan_flag``; NaN stats if any Q non-finite."""
         raise NotImplementedError
@@ -115,6 +131,10 @@ class Kernels:
     def bind_guard_accumulate(self, *args, **kwargs) -> Launcher:
         """Validate ``guard_accumulate`` buffers once; return a launcher for them."""
         return self._bind("guard_accumulate", args, kwargs)
+
+    def bind_guard_record(self, *args, **kwargs) -> Launcher:
+        """Validate ``guard_record`` buffers once; return a launcher for them."""
+        return self._bind("guard_record", args, kwargs)
 
     def bind_qstats(self, *args, **kwargs) -> Launcher:
         """Validate ``qstats`` buffers once; return a launcher for them."""

@@ -15,7 +15,7 @@ from typing import Any, Optional, Sequence
 KERNEL_DIR = Path(__file__).resolve().parent
 HEADERS = ("common.cuh", "rng.cuh")
 KERNELS_BY_FILE: dict[str, tuple[str, ...]] = {
-    "guard.cu": ("zs_guard_check", "zs_guard_accumulate"),
+    "guard.cu": ("zs_guard_check", "zs_guard_accumulate", "zs_guard_record"),
     "qstats.cu": ("zs_qstats_partial", "zs_qstats_final"),
     "divergence.cu": ("zs_divergence",),
     "select.cu": ("zs_epsilon_greedy", "zs_branching_select"),

@@ -42,6 +42,11 @@ class CudaKernels(Kernels):
     def guard_accumulate(self, clipped_loss, grad_norm, flags, accum) -> None:
         _guard.guard_accumulate(self.index, clipped_loss, grad_norm, flags, accum)
 
+    def guard_record(self, clipped_loss, loss, grad_norm, flags, qstats_out, div_flag, accum, qagg, records,
+                     update_index) -> None:
+        _guard.guard_record(self.index, clipped_loss, loss, grad_norm, flags, qstats_out, div_flag, accum, qagg,
+                            records, update_index)
+
     def qstats(self, q, out, scratch) -> None:
         _qstats.qstats(self.index, q, out, scratch)
 

@@ -1,4 +1,4 @@
-"""Launch wrappers of ``guard.cu`` (twins: ``reference.guard_check`` / ``guard_accumulate``)."""
+"""Launch wrappers of ``guard.cu`` (twins: ``reference.guard_check`` / ``guard_accumulate`` / ``guard_record``)."""
 from __future__ import annotations
 
 from typing import Union
@@ -51,3 +51,27 @@ def guard_accumulate(
         args=(ptr(clipped_loss), ptr(grad_norm), ptr(flags), ptr(accum)),
     )
 
+
+
+def guard_record(
+    device_index: int,
+    clipped_loss: torch.Tensor,
+    loss: torch.Tensor,
+    grad_norm: torch.Tensor,
+    flags: torch.Tensor,
+    qstats_out: torch.Tensor,
+    div_flag: torch.Tensor,
+    accum: torch.Tensor,
+    qagg: torch.Tensor,
+    records: torch.Tensor,
+    update_index: torch.Tensor,
+) -> None:
+    """Enqueue ``zs_guard_record``."""
+    launch(
+        "zs_guard_record",
+        device_index=device_index,
+        grid=SCALAR_GRID,
+        block=SCALAR_BLOCK,
+        args=(ptr(clipped_loss), ptr(loss), ptr(grad_norm), ptr(flags), ptr(qstats_out), ptr(div_flag),
+              ptr(accum), ptr(qagg), ptr(records), ptr(update_index)),
+    )

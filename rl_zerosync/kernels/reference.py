@@ -77,6 +77,33 @@ def guard_accumulate(
     accum.add_(torch.cat([loss, norm, zero + 1.0, flags.to(torch.float64)]))
 
 
+def guard_record(
+    clipped_loss: torch.Tensor,
+    loss: torch.Tensor,
+    grad_norm: torch.Tensor,
+    flags: torch.Tensor,
+    qstats_out: torch.Tensor,
+    div_flag: torch.Tensor,
+    accum: torch.Tensor,
+    qagg: torch.Tensor,
+    records: torch.Tensor,
+    update_index: torch.Tensor,
+) -> None:
+    """Twin of ``zs_guard_record`` (``guard.cu``)."""
+    guard_accumulate(clipped_loss, grad_norm, flags, accum)
+    s = qstats_out.to(torch.float64)
+    finite = s[4:5] == 0
+    torch.fmin(qagg[0:1], s[0:1], out=qagg[0:1])
+    torch.fmax(qagg[1:2], s[1:2], out=qagg[1:2])
+    qagg[2:5].add_(torch.where(finite, torch.cat([s[2:4], torch.ones_like(s[4:5])]), torch.zeros_like(s[2:5])))
+    trig = torch.cat([flags[0:1], flags[2:3], div_flag])
+    cur = torch.cat([torch.ones_like(update_index), update_index, loss.to(torch.float64),
+                     grad_norm.to(torch.float64), s[0:2]])
+    first = (records[:, 0:1] == 0) & (trig.unsqueeze(1) > 0)
+    records.copy_(torch.where(first, cur.unsqueeze(0), records))
+    update_index.add_(1.0)
+
+
 def qstats(q: torch.Tensor, out: torch.Tensor, scratch: torch.Tensor) -> None:
     """Twin of ``zs_qstats_partial`` + ``zs_qstats_final`` (``qstats.cu``); ``scratch`` is unused."""
     del scratch
@@ -173,6 +200,7 @@ class TorchKernels(Kernels):
 
     guard_check = staticmethod(guard_check)
     guard_accumulate = staticmethod(guard_accumulate)
+    guard_record = staticmethod(guard_record)
     qstats = staticmethod(qstats)
     divergence = staticmethod(divergence)
     epsilon_greedy = staticmethod(epsilon_greedy)

@@ -20,6 +20,10 @@ QSTATS_MAX_BLOCKS = 1024
 QSTATS_FIELDS = 5
 """Partials per pass-1 block: min row-max, max row-max, sum row-max, sum of Q, non-finite count."""
 MAX_ROWS = 2**31 - 1
+GUARD_CHECKS = 3
+"""Rows of ``guard_record``'s first-trigger records: nonfinite, grad collapse, divergence."""
+GUARD_RECORD_FIELDS = 6
+"""Fields of one record row: seen, update index, loss, grad norm, q min, q max."""
 
 
 def qstats_num_blocks(num_rows: int) -> int:
@@ -110,6 +114,31 @@ def bind_guard_accumulate(
     check_tensor("grad_norm", grad_norm, dtype=torch.float32, shape=(1,), device=dev)
     check_tensor("flags", flags, dtype=torch.int32, shape=(3,), device=dev)
     check_tensor("accum", accum, dtype=torch.float64, shape=(6,), device=dev)
+
+
+def bind_guard_record(
+    clipped_loss: torch.Tensor,
+    loss: torch.Tensor,
+    grad_norm: torch.Tensor,
+    flags: torch.Tensor,
+    qstats_out: torch.Tensor,
+    div_flag: torch.Tensor,
+    accum: torch.Tensor,
+    qagg: torch.Tensor,
+    records: torch.Tensor,
+    update_index: torch.Tensor,
+) -> None:
+    """Validate the buffers of ``guard_record``."""
+    dev = _device(clipped_loss, "clipped_loss")
+    for name, t in (("clipped_loss", clipped_loss), ("loss", loss), ("grad_norm", grad_norm)):
+        check_tensor(name, t, dtype=torch.float32, shape=(1,), device=dev)
+    check_tensor("flags", flags, dtype=torch.int32, shape=(3,), device=dev)
+    check_tensor("qstats_out", qstats_out, dtype=torch.float32, shape=(5,), device=dev)
+    check_tensor("div_flag", div_flag, dtype=torch.int32, shape=(1,), device=dev)
+    check_tensor("accum", accum, dtype=torch.float64, shape=(6,), device=dev)
+    check_tensor("qagg", qagg, dtype=torch.float64, shape=(5,), device=dev)
+    check_tensor("records", records, dtype=torch.float64, shape=(GUARD_CHECKS, GUARD_RECORD_FIELDS), device=dev)
+    check_tensor("update_index", update_index, dtype=torch.float64, shape=(1,), device=dev)
 
 
 def bind_qstats(q: torch.Tensor, out: torch.Tensor, scratch: torch.Tensor) -> None:

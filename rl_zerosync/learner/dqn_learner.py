@@ -43,7 +43,7 @@ from rl_zerosync.kernels import get_kernels
 from rl_zerosync.learner.graph import GraphedUpdate
 from rl_zerosync.learner.guard import TrainingGuard
 from rl_zerosync.learner.loss import td_loss
-from rl_zerosync.learner.replay import DeviceReplayBuffer, ReplaySample
+from rl_zerosync.learner.replay import WEIGHTS, DeviceReplayBuffer, ReplaySample
 from rl_zerosync.learner.settings import LearnerSettings
 from rl_zerosync.learner.targets import TargetUpdater
 
@@ -95,6 +95,7 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
         )
         self._targets = TargetUpdater(pairs=inner.get_target_network_pairs(), tau=s.tau)
         self._sample: Optional[ReplaySample] = None
+        self._grad_seed: Optional[torch.Tensor] = None
         self._batch: Optional[Dict[str, torch.Tensor]] = None
         self.use_graph = bool(s.graph and self._device.type == "cuda" and not self.distributed)
         self._graphed = (
@@ -125,16 +126,22 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
             group["capturable"] = False
 
     # ---- the update --------------------------------------------------------------------------
-    def _zero_sync_step(self, batch: Dict[str, torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
-        """One guarded update on ``batch`` (device tensors); returns (loss, |TD|). No host read."""
+    def _zero_sync_step(
+        self, batch: Dict[str, torch.Tensor], need_td_abs: bool = True
+    ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """One guarded update on ``batch`` (device tensors); returns (loss, |TD| or None). No host read."""
         s = self.settings
         fwd_out = self.module[self._mid].forward_train(batch)
         out = td_loss(fwd_out=fwd_out, batch=batch, branching=self._branching, gamma=s.gamma,
-                      double_q=s.double_q, loss_type=s.loss)
+                      double_q=s.double_q, loss_type=s.loss, need_td_abs=need_td_abs)
         self._optimizer.zero_grad(set_to_none=True)
-        out.loss.backward()
+        if self._grad_seed is None or self._grad_seed.device != out.loss.device:
+            self._grad_seed = torch.ones((), dtype=out.loss.dtype, device=out.loss.device)
+        out.loss.backward(self._grad_seed)  # the static 1.0 seed: no fill kernel per backward
         grads = [p.grad for p in self._params if p.grad is not None]
-        grad_norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+        # Written straight into the guard's static buffer (no copy in check()).
+        grad_norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)), dim=0, keepdim=True,
+                                             out=self.guard.grad_norm)
         self.guard.check(out.loss, grad_norm)
         scale = self.guard.loss_scale
         if s.grad_clip is not None:
@@ -148,8 +155,9 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
     def _device_update(self) -> None:
         """Sample into the static batch, update, write priorities: the graph-captured unit."""
         self.replay.sample_into(self._sample)
-        _, td_abs = self._zero_sync_step(self._batch)
-        self.replay.update_priorities(self._sample.indices, td_abs)
+        _, td_abs = self._zero_sync_step(self._batch, need_td_abs=self.replay.prioritized)
+        if td_abs is not None:
+            self.replay.update_priorities(self._sample.indices, td_abs)
 
     def _count_update(self, batch_size: int) -> None:
         """Host bookkeeping after an update is issued (Python ints; fills, no reads)."""
@@ -167,6 +175,8 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
         if self._sample is None:
             self._sample = self.replay.make_sample_buffers(self.settings.train_batch_size_per_learner)
             self._batch = self._sample.as_batch()
+            if not self.settings.prioritized:
+                del self._batch[WEIGHTS]  # uniform replay: all weights are 1 (the loss skips the multiply)
             self.guard.bind_q(self.settings.train_batch_size_per_learner, self._num_q)
         if num_updates:
             self._weights_seq_no += 1  # the weights change, as in Learner.update()

@@ -6,9 +6,10 @@ Per update (all on the device, no host read):
    DDP mode the loss is first averaged over the ranks with one all-reduce, so every rank takes the
    same decisions; the grad norm is already global because DDP all-reduced the gradients) and
    launches ``guard_check`` -> ``flags``, ``clipped_loss``, ``loss_scale``, ``found_inf``.
-2. :meth:`TrainingGuard.record` (after the optimizer step) launches ``guard_accumulate``,
-   ``qstats`` on the batch's Q and ``divergence``; folds the Q stats into the iteration aggregate
-   and stores, per check, the first triggering update (index, loss, grad norm, Q range).
+2. :meth:`TrainingGuard.record` (after the optimizer step) launches ``qstats`` on the batch's Q,
+   ``divergence`` and ``guard_record`` (the accumulators, the Q stats folded into the iteration
+   aggregate and, per check, the first triggering update: index, loss, grad norm, Q range): four
+   kernels on CUDA.
 
 Per training iteration, :meth:`TrainingGuard.collect` packs everything into one float64 buffer,
 reads it with one ``AsyncReadback`` (pinned, non-blocking copy + event wait), zeroes the
@@ -34,11 +35,12 @@ was all finite):
 from __future__ import annotations
 
 import logging
-from typing import Callable, Dict, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 
 from rl_zerosync.kernels import AsyncReadback, Kernels, qstats_scratch_numel
+from rl_zerosync.kernels.validate import GUARD_CHECKS, GUARD_RECORD_FIELDS
 from rl_zerosync.learner.settings import LearnerSettings
 
 __all__ = ["CHECKS", "TrainingGuard", "TrainingHalted", "METRIC_NAMES"]
@@ -61,7 +63,8 @@ METRIC_NAMES = (
     "divergence_flag",
     "updates_lifetime",
 )
-_REC = 6  # record row: seen, update index, loss, grad norm, q_min, q_max
+_REC = GUARD_RECORD_FIELDS  # record row: seen, update index, loss, grad norm, q_min, q_max
+assert len(CHECKS) == GUARD_CHECKS  # the guard_record kernel's row order is CHECKS
 _PACK = 6 + 5 + 2 + len(CHECKS) * _REC + 1
 
 
@@ -117,12 +120,15 @@ class TrainingGuard:
             self.loss, self.grad_norm, self.warmup_done, self.flags, self.clipped_loss, self.loss_scale,
             self.found_inf, loss_clip=float(settings.loss_clip), collapse_threshold=settings.collapse_threshold,
         )
-        self._accumulate = kernels.bind_guard_accumulate(self.clipped_loss, self.grad_norm, self.flags, self.accum)
         self._divergence = kernels.bind_divergence(
             self.qstats_out, self.div_counter, self.div_flag,
             threshold=float(settings.divergence_threshold), patience=int(settings.divergence_patience),
         )
-        self._qstats: Dict[Tuple[int, int], Tuple[torch.Tensor, Callable[[], None]]] = {}
+        self._record = kernels.bind_guard_record(
+            self.clipped_loss, self.loss, self.grad_norm, self.flags, self.qstats_out, self.div_flag, self.accum,
+            self.qagg, self.records, self.update_index,
+        )
+        self._qstats: Dict[Tuple[int, int], torch.Tensor] = {}
         self._pending: Optional[tuple] = None
 
     def _reset_qagg(self) -> None:
@@ -131,12 +137,18 @@ class TrainingGuard:
         self.qagg[1:2].fill_(float("-inf"))
 
     def bind_q(self, num_rows: int, num_cols: int) -> None:
-        """Allocate and bind the Q-stats buffers for a ``[num_rows, num_cols]`` Q (once per shape)."""
+        """Allocate and validate the Q-stats scratch for a ``[num_rows, num_cols]`` Q (once per shape).
+
+        :meth:`record` launches ``qstats`` straight on the update's Q (no copy into a static
+        buffer); a Q of a bound shape that is contiguous float32 on this device passes the same
+        validation, which :meth:`record` checks on the host (metadata only).
+        """
         key = (int(num_rows), int(num_cols))
         if key not in self._qstats:
-            q_buf = torch.zeros(key, dtype=torch.float32, device=self.device)
             scratch = torch.zeros(qstats_scratch_numel(key[0]), dtype=torch.float32, device=self.device)
-            self._qstats[key] = (q_buf, self.kernels.bind_qstats(q_buf, self.qstats_out, scratch))
+            self.kernels.bind_qstats(torch.empty(key, dtype=torch.float32, device=self.device), self.qstats_out,
+                                     scratch)
+            self._qstats[key] = scratch
 
     def set_warmup_done(self, done: bool) -> None:
         """Host-driven collapse-warmup flag (a device fill, no read)."""
@@ -144,33 +156,30 @@ class TrainingGuard:
 
     # ---- hot path ----------------------------------------------------------------------------
     def check(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
-        """Copy loss / grad norm into the static buffers and launch ``guard_check``."""
+        """Copy loss / grad norm into the static buffers and launch ``guard_check``.
+
+        ``grad_norm`` may be :attr:`grad_norm` itself (computed in place with ``out=``): no copy then.
+        """
         self.loss.copy_(loss.detach().reshape(1))
-        self.grad_norm.copy_(grad_norm.detach().reshape(1))
+        if grad_norm is not self.grad_norm:
+            self.grad_norm.copy_(grad_norm.detach().reshape(1))
         if self.world_size > 1:
             torch.distributed.all_reduce(self.loss)
             self.loss.mul_(1.0 / self.world_size)
         self._check()
 
     def record(self, q: torch.Tensor) -> None:
-        """Accumulate, Q stats, divergence and first-trigger records after the optimizer step."""
-        self._accumulate()
-        q_buf, launch_qstats = self._qstats[(q.shape[0], q.shape[1])]
-        q_buf.copy_(q)
-        launch_qstats()
+        """Q stats, divergence, then accumulate + Q aggregate + first-trigger records after the optimizer step.
+
+        ``q`` is the batch's detached Q, contiguous float32 ``[B, A]`` of a shape bound with :meth:`bind_q`.
+        """
+        scratch = self._qstats.get((q.shape[0], q.shape[1]) if q.dim() == 2 else None)
+        if scratch is None or q.dtype != torch.float32 or not q.is_contiguous() or q.device != self.device:
+            raise ValueError(f"record: q must be a contiguous float32 [B, A] tensor on {self.device} of a shape "
+                             f"bound with bind_q {sorted(self._qstats)}, got {q.dtype} {list(q.shape)} on {q.device}")
+        self.kernels.qstats(q, self.qstats_out, scratch)
         self._divergence()
-        s = self.qstats_out.to(torch.float64)
-        finite = s[4:5] == 0
-        lo_hi = torch.cat([torch.fmin(self.qagg[0:1], s[0:1]), torch.fmax(self.qagg[1:2], s[1:2])])
-        self.qagg[0:2].copy_(lo_hi)
-        self.qagg[2:4].add_(torch.where(finite, s[2:4], torch.zeros_like(s[2:4])))
-        self.qagg[4:5].add_(finite.to(torch.float64))
-        trig = torch.cat([self.flags[0:1], self.flags[2:3], self.div_flag]).to(torch.float64)
-        cur = torch.cat([torch.ones_like(self.update_index), self.update_index, self.loss.to(torch.float64),
-                         self.grad_norm.to(torch.float64), s[0:2]])
-        first = (self.records[:, 0:1] == 0) & (trig.unsqueeze(1) > 0)
-        self.records.copy_(torch.where(first, cur.unsqueeze(0).expand_as(self.records), self.records))
-        self.update_index.add_(1.0)
+        self._record()
 
     # ---- boundary ----------------------------------------------------------------------------
     def collect(self) -> Dict[str, float]:

@@ -6,13 +6,22 @@
   (:mod:`rl_zerosync.learner.nstep`) and written at the host-known write pointer (wraparound by two
   slices). Every stored row is one transition: ``obs, next_obs, actions, rewards`` (n-step return),
   ``discounts`` (``gamma**k``), ``terminateds``.
+* Storage layout: all stored columns of a row live in one packed int32 row of
+  :attr:`DeviceReplayBuffer.row_words` words (``obs``, ``next_obs`` (16-byte aligned), ``actions``
+  (int64, 8-byte aligned), ``rewards``, ``discounts``, ``terminateds`` (the first byte of a word),
+  padding to a multiple of 4 words); ``storage`` maps each column name to its strided view. A
+  :class:`ReplaySample` has the same packed layout, so one ``index_select`` gathers a whole batch
+  and the batch columns are views of it.
 * ``sample_into(out)`` fills caller-owned static buffers (a :class:`ReplaySample`) with no host
   read and no allocation that depends on data, so it can be captured in a CUDA graph. Randomness is
   counter-based, built from ``rl_zerosync.kernels.rng``'s ``hash32`` / ``combine``: row ``i`` of
   draw ``step`` (a device counter advanced on the device) gets the 32-bit word
   ``hash32(K_i ^ hash32(step_lo32 ^ seed_key(seed)))`` with the static row key
-  ``K_i = combine(combine(seed_key(seed), STREAM_SAMPLE), i)``. Eager and graph-replayed sampling
-  therefore draw identical indices, on CPU and GPU alike (about 20 small kernels per draw).
+  ``K_i = combine(combine(seed_key(seed), STREAM_SAMPLE), i)``. The step word
+  ``hash32(step_lo32 ^ seed_key(seed))`` of the current step is kept on the device and the next
+  one is hashed in the same pass as the row words (one ``hash32`` over ``B + 1`` values per draw).
+  Eager and graph-replayed sampling therefore draw identical indices, on CPU and GPU alike (about
+  20 small kernels per draw, gather included).
 
   - uniform: ``index = (bits32 * size) >> 32`` (with replacement); weights are 1.
   - prioritized (proportional, Schaul et al. 2016): stored priority ``p = (|TD| + eps) ** alpha``
@@ -52,9 +61,57 @@ _DTYPES = {
 }
 
 
+def _round_up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+@dataclass(frozen=True)
+class _RowLayout:
+    """Word offsets (int32 words) of the stored columns inside one packed row."""
+
+    obs_shape: Tuple[int, ...]
+    obs_words: int
+    obs: int
+    next_obs: int
+    actions: int
+    rewards: int
+    discounts: int
+    terminateds: int
+    words: int
+
+    @classmethod
+    def for_obs(cls, obs_shape: Tuple[int, ...]) -> "_RowLayout":
+        d = int(np.prod(obs_shape, dtype=np.int64))
+        next_obs = _round_up(d, 4)  # 16-byte aligned rows for both obs blocks (GEMM inputs)
+        actions = _round_up(next_obs + d, 2)  # int64: 8-byte aligned
+        term = actions + 4
+        return cls(obs_shape=obs_shape, obs_words=d, obs=0, next_obs=next_obs, actions=actions,
+                   rewards=actions + 2, discounts=actions + 3, terminateds=term, words=_round_up(term + 1, 4))
+
+    def columns(self, packed: torch.Tensor) -> Dict[str, torch.Tensor]:
+        """Strided views of ``packed`` (int32 ``[N, words]``) per stored column (writes go through)."""
+        n, d = packed.shape[0], self.obs_words
+
+        def word(off: int) -> torch.Tensor:
+            return packed[:, off:off + 1]
+
+        return {
+            "obs": packed[:, self.obs:self.obs + d].view(torch.float32).view((n,) + self.obs_shape),
+            "next_obs": packed[:, self.next_obs:self.next_obs + d].view(torch.float32).view((n,) + self.obs_shape),
+            "actions": packed[:, self.actions:self.actions + 2].view(torch.int64)[:, 0],
+            "rewards": word(self.rewards).view(torch.float32)[:, 0],
+            "discounts": word(self.discounts).view(torch.float32)[:, 0],
+            "terminateds": word(self.terminateds).view(torch.uint8)[:, 0].view(torch.bool),
+        }
+
+
 @dataclass
 class ReplaySample:
-    """Static buffers one sampled batch is written into (reused every update)."""
+    """Static buffers one sampled batch is written into (reused every update).
+
+    Made by :meth:`DeviceReplayBuffer.make_sample_buffers`: the stored columns are views of
+    ``packed`` (the buffer's row layout), which one ``index_select`` fills.
+    """
 
     indices: torch.Tensor
     obs: torch.Tensor
@@ -68,6 +125,10 @@ class ReplaySample:
     """Static per-row RNG keys ``K_i`` (int64 [B])."""
     strata: torch.Tensor
     """``0, 1, ..., B-1`` as float64 (prioritized strata)."""
+    packed: Optional[torch.Tensor] = None
+    """int32 ``[B, row_words]`` rows the stored columns are views of (None: columns filled one by one)."""
+    rng_words: Optional[torch.Tensor] = None
+    """int64 ``[B + 1]`` scratch: the row words, then the next step word."""
 
     def as_batch(self) -> Dict[str, torch.Tensor]:
         """The buffers under RLlib's column names (plus ``discounts`` and ``weights``)."""
@@ -128,19 +189,18 @@ class DeviceReplayBuffer:
         self.seed = int(seed)
         self._seed_key = seed_key(self.seed)
         dev = self.device
-        self.storage: Dict[str, torch.Tensor] = {
-            "obs": torch.zeros((capacity,) + self.obs_shape, dtype=torch.float32, device=dev),
-            "next_obs": torch.zeros((capacity,) + self.obs_shape, dtype=torch.float32, device=dev),
-            "actions": torch.zeros(capacity, dtype=torch.int64, device=dev),
-            "rewards": torch.zeros(capacity, dtype=torch.float32, device=dev),
-            "discounts": torch.zeros(capacity, dtype=torch.float32, device=dev),
-            "terminateds": torch.zeros(capacity, dtype=torch.bool, device=dev),
-        }
+        self._layout = _RowLayout.for_obs(self.obs_shape)
+        self.row_words = self._layout.words
+        self._packed = torch.zeros((capacity, self.row_words), dtype=torch.int32, device=dev)
+        self.storage: Dict[str, torch.Tensor] = self._layout.columns(self._packed)
+        """Strided views of the packed rows, one per stored column (``[capacity, ...]``)."""
         self.priorities: Optional[torch.Tensor] = (
             torch.zeros(capacity, dtype=torch.float64, device=dev) if self.prioritized else None
         )
         self.max_priority = torch.ones(1, dtype=torch.float64, device=dev)
         self.rng_step = torch.zeros(1, dtype=torch.int64, device=dev)
+        self._step_word = torch.zeros(1, dtype=torch.int64, device=dev)  # hash32(rng_step_lo32 ^ seed key)
+        self._set_rng_step(0)
         self._size_t = torch.zeros(1, dtype=torch.int64, device=dev)
         self.size = 0
         self.ptr = 0
@@ -151,6 +211,11 @@ class DeviceReplayBuffer:
 
     def __len__(self) -> int:
         return self.size
+
+    def _set_rng_step(self, step: int) -> None:
+        """Set the sampling step counter and its step word from a host int (fills, no read)."""
+        self.rng_step.fill_(int(step))
+        self._step_word.fill_(int(hash32((int(step) & MASK32) ^ self._seed_key)))
 
     # ---- add ---------------------------------------------------------------------------------
     def add(self, rollout: Mapping[str, torch.Tensor]) -> int:
@@ -244,38 +309,58 @@ class DeviceReplayBuffer:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
         dev, b = self.device, batch_size
+        packed = torch.zeros((b, self.row_words), dtype=torch.int32, device=dev)
         return ReplaySample(
             indices=torch.zeros(b, dtype=torch.int64, device=dev),
-            obs=torch.zeros((b,) + self.obs_shape, dtype=torch.float32, device=dev),
-            next_obs=torch.zeros((b,) + self.obs_shape, dtype=torch.float32, device=dev),
-            actions=torch.zeros(b, dtype=torch.int64, device=dev),
-            rewards=torch.zeros(b, dtype=torch.float32, device=dev),
-            discounts=torch.zeros(b, dtype=torch.float32, device=dev),
-            terminateds=torch.zeros(b, dtype=torch.bool, device=dev),
+            **self._layout.columns(packed),
             weights=torch.ones(b, dtype=torch.float32, device=dev),
             row_keys=combine(combine(seed_key(self.seed), STREAM_SAMPLE), torch.arange(b, device=dev)),
             strata=torch.arange(b, dtype=torch.float64, device=dev),
+            packed=packed,
+            rng_words=torch.zeros(b + 1, dtype=torch.int64, device=dev),
         )
+
+    def _draw_bits(self, out: ReplaySample) -> torch.Tensor:
+        """The row words ``hash32(K_i ^ step_word)`` of this draw; advances ``rng_step`` and the step word.
+
+        With ``out.rng_words`` the next step word is hashed in the same pass (``B + 1`` values).
+        """
+        b = out.indices.shape[0]
+        if out.rng_words is None:
+            bits = hash32(out.row_keys ^ self._step_word)
+            self.rng_step.add_(1)
+            self._step_word.copy_(hash32((self.rng_step & MASK32) ^ self._seed_key))
+            return bits
+        words = out.rng_words
+        torch.bitwise_xor(out.row_keys, self._step_word, out=words[:b])
+        self.rng_step.add_(1)
+        torch.bitwise_and(self.rng_step, MASK32, out=words[b:])
+        words[b:].bitwise_xor_(self._seed_key)
+        hashed = hash32(words)
+        self._step_word.copy_(hashed[b:])
+        return hashed[:b]
 
     def sample_into(self, out: ReplaySample) -> None:
         """Draw ``len(out.indices)`` transitions into ``out`` on the device; advances the RNG step."""
         b = out.indices.shape[0]
-        bits = hash32(out.row_keys ^ hash32((self.rng_step & MASK32) ^ self._seed_key))
+        bits = self._draw_bits(out)
         if self.priorities is None:
-            out.indices.copy_((bits * self._size_t) >> 32)
+            torch.bitwise_right_shift(bits.mul_(self._size_t), 32, out=out.indices)
         else:
             cum = torch.cumsum(self.priorities, dim=0)
             total = cum[-1:]
             u = bits.to(torch.float64) * (2.0**-32)
             target = (out.strata + u) * (1.0 / b) * total
             idx = torch.searchsorted(cum, target, right=True)
-            out.indices.copy_(torch.minimum(idx, self._size_t - 1))
+            torch.minimum(idx, self._size_t - 1, out=out.indices)
             prob = self.priorities[out.indices] / total
             w = torch.pow(self._size_t.to(torch.float64) * prob, -self.beta)
-            out.weights.copy_(w / w.max())
-        for k in _STORED:
-            torch.index_select(self.storage[k], 0, out.indices, out=getattr(out, k))
-        self.rng_step.add_(1)
+            torch.div(w, w.max(), out=out.weights)
+        if out.packed is not None and out.packed.shape == (b, self.row_words):
+            torch.index_select(self._packed, 0, out.indices, out=out.packed)
+        else:
+            for k in _STORED:
+                torch.index_select(self.storage[k], 0, out.indices, out=getattr(out, k))
 
     def sample(self, batch_size: int) -> Dict[str, torch.Tensor]:
         """Convenience (allocates): one batch as a dict with ``indices`` and RLlib column names."""
@@ -311,7 +396,8 @@ class DeviceReplayBuffer:
             "max_priority": float(self.max_priority.cpu()[0]),  # host read: checkpoint boundary
         }
         for k in _STORED:
-            state[k] = self.storage[k][:n].cpu().numpy()  # host read: checkpoint boundary
+            # host read: checkpoint boundary (a contiguous copy of the strided column)
+            state[k] = self.storage[k][:n].cpu().contiguous().numpy()
         if self.priorities is not None:
             state["priorities"] = self.priorities[:n].cpu().numpy()  # host read: checkpoint boundary
         return state
@@ -337,7 +423,7 @@ class DeviceReplayBuffer:
             else:
                 self.priorities[:n].fill_(1.0)
         self.max_priority.fill_(float(state.get("max_priority", 1.0)))
-        self.rng_step.fill_(int(state.get("rng_step", 0)))
+        self._set_rng_step(int(state.get("rng_step", 0)))
         self.size, self.ptr = n, int(state["ptr"]) % self.capacity
         self.num_added = int(state.get("num_added", n))
         self._size_t.fill_(n)
