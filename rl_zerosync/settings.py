@@ -217,6 +217,12 @@ def _validate_components(s: Settings) -> None:
             raise SettingsError(f"{s.source}: {section}: {err}") from err
     if not isinstance(s.data, dict) or "source" not in s.data:
         raise SettingsError(f"{s.source}: data.source: required (synthetic, csv or parquet)")
+    from rl_zerosync.envs.config import check_data_keys
+
+    try:
+        check_data_keys(s.data)
+    except ValueError as err:
+        raise SettingsError(f"{s.source}: {err}") from err
 
 
 def from_dict(raw: dict, source: str = "<dict>") -> Settings:

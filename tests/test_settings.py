@@ -49,6 +49,8 @@ def test_unknown_section(tmp_path):
         ({"runner": {"output": "frames"}}, "runner"),
         ({"learner": {"loss": "l1"}}, "learner"),
         ({"data": {}}, "data.source"),
+        ({"data": {"source": "synthetic", "num_bar": 10}}, "data: unknown key(s) ['num_bar']"),
+        ({"data": {"source": "sql"}}, "data.source: expected one of"),
     ],
 )
 def test_bad_values(raw, needle):

@@ -237,8 +237,8 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
             if device_output or self.settings.output == "columnar":
                 out = {k: side[k] for k in ROLLOUT_KEYS}
             else:
-                # host read: views of the pinned host copy (the one readback already happened)
-                out = self._episodes.build(*(host[k].numpy() for k in (
+                # Views of the pinned host copy (the one readback already happened).
+                out = self._episodes.build(*(host[k].numpy() for k in (  # host read: host views
                     "obs", "next_obs", "actions", "rewards", "terminateds", "truncateds")))
             self._log_rollout_metrics(host)
         return out

@@ -42,8 +42,8 @@ def split_fractions(value: Any) -> tuple[float, float, float]:
         raise ValueError(f"data.split: expected three fractions, got {value!r}") from exc
 
 
-def make_market(data_cfg: Mapping[str, Any] | None, split: str = "train") -> MarketData:
-    """Build the market of ``data_cfg`` and return segment ``split`` (see the module doc)."""
+def check_data_keys(data_cfg: Mapping[str, Any] | None) -> str:
+    """Validate ``data.source`` and the keys allowed for it (nothing is loaded); returns the source."""
     cfg = dict(data_cfg or {})
     source = cfg.get("source", "synthetic")
     if source not in SOURCES:
@@ -52,6 +52,13 @@ def make_market(data_cfg: Mapping[str, Any] | None, split: str = "train") -> Mar
     unknown = sorted(set(cfg) - set(allowed))
     if unknown:
         raise ValueError(f"data: unknown key(s) {unknown} for source {source!r}; allowed keys are {list(allowed)}")
+    return source
+
+
+def make_market(data_cfg: Mapping[str, Any] | None, split: str = "train") -> MarketData:
+    """Build the market of ``data_cfg`` and return segment ``split`` (see the module doc)."""
+    cfg = dict(data_cfg or {})
+    source = check_data_keys(cfg)
     if split not in SPLITS + ("all",):
         raise ValueError(f"split: expected one of {SPLITS + ('all',)}, got {split!r}")
     fractions = split_fractions(cfg.get("split", DEFAULT_SPLIT))

@@ -120,8 +120,8 @@ class TradingGymEnv(gym.Env):
             action=int(actions[0]), trade=float(step_info.trade[0]), cost=float(step_info.cost[0]),
             pnl=float(step_info.pnl[0]),
         )
-        # host read: the CPU twin returns numpy and Python scalars (gymnasium API)
-        return final_obs[0].numpy(), float(reward[0]), bool(terminated[0]), bool(truncated[0]), info
+        # The CPU twin returns numpy and Python scalars (gymnasium API).
+        return final_obs[0].numpy(), float(reward[0]), bool(terminated[0]), bool(truncated[0]), info  # host read
 
     def _route_exposure(self, exposure: torch.Tensor) -> torch.Tensor:
         if self._route is None:

@@ -241,7 +241,7 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
                 "updates": self._updates,
                 "target_updates": self._target_updates,
                 # host read: checkpoint boundary
-                "div_counter": int(g.div_counter.cpu()[0]),
+                "div_counter": int(g.div_counter.cpu()[0]),  # host read: checkpoint state
                 "div_flag": int(g.div_flag.cpu()[0]),  # host read: checkpoint boundary
                 "update_index": float(g.update_index.cpu()[0]),  # host read: checkpoint boundary
             }

@@ -281,12 +281,12 @@ class DeviceReplayBuffer:
             total += (nbytes + 15) // 16 * 16
         if self._staging_host is None or self._staging_host.numel() < total:
             if self._staging_event is not None:
-                self._staging_event.synchronize()  # host wait: the old staging copy must finish first
+                self._staging_event.synchronize()  # host read (wait): the old staging copy must finish first
             self._staging_host = torch.empty(total, dtype=torch.uint8, pin_memory=True)
             self._staging_dev = torch.empty(total, dtype=torch.uint8, device=self.device)
             self._staging_event = torch.cuda.Event()
         else:
-            self._staging_event.synchronize()  # host wait: previous H2D copy out of the pinned buffer
+            self._staging_event.synchronize()  # host read (wait): previous H2D copy out of the pinned buffer
         for k, off, nbytes, dtype, shape in layout:
             self._staging_host[off : off + nbytes].view(dtype).view(shape).copy_(cols[k].contiguous())
         self._staging_dev[:total].copy_(self._staging_host[:total], non_blocking=True)
@@ -392,12 +392,12 @@ class DeviceReplayBuffer:
             "num_added": self.num_added,
             "prioritized": self.prioritized,
             # host read: checkpoint boundary, not the update loop
-            "rng_step": int(self.rng_step.cpu()[0]),
+            "rng_step": int(self.rng_step.cpu()[0]),  # host read: checkpoint state
             "max_priority": float(self.max_priority.cpu()[0]),  # host read: checkpoint boundary
         }
         for k in _STORED:
             # host read: checkpoint boundary (a contiguous copy of the strided column)
-            state[k] = self.storage[k][:n].cpu().contiguous().numpy()
+            state[k] = self.storage[k][:n].cpu().contiguous().numpy()  # host read: checkpoint state
         if self.priorities is not None:
             state["priorities"] = self.priorities[:n].cpu().numpy()  # host read: checkpoint boundary
         return state
