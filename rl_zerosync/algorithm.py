@@ -104,22 +104,21 @@ class ZeroSyncDQN(DQN):
         return ZeroSyncDQNConfig()
 
     # ---------------------------------------------------------------- helpers
-    def _local_runner_and_learner(self):
-        """(runner, learner) when both live in this process, else (None, None)."""
-        runner = self.env_runner
+    def _same_process_runner(self):
+        """The local GPU env runner when it and the (only) learner live in this process, else None."""
         if self.env_runner_group is None or self.env_runner_group.num_remote_env_runners() > 0:
-            return None, None
-        learner = getattr(self.learner_group, "_learner", None)
-        if runner is None or learner is None:
-            return None, None
-        return runner, learner
+            return None
+        if not self.learner_group.is_local:
+            return None
+        runner = self.env_runner
+        return runner if hasattr(runner, "sample_device") else None
 
     def _sample(self) -> tuple[list, list]:
         """One rollout per runner: (list of rollouts, list of runner metrics dicts)."""
-        runner, learner = self._local_runner_and_learner()
-        if runner is not None and hasattr(runner, "sample_device"):
-            rollout = runner.sample_device()
-            return [rollout], [runner.get_metrics()]
+        runner = self._same_process_runner()
+        if runner is not None:
+            # Same process and device as the learner: the rollout stays on the device.
+            return [runner.sample_device()], [runner.get_metrics()]
         return synchronous_parallel_sample(
             worker_set=self.env_runner_group,
             concat=False,
@@ -129,43 +128,33 @@ class ZeroSyncDQN(DQN):
         )
 
     def _add_to_replay(self, rollouts: list) -> None:
-        runner, learner = self._local_runner_and_learner()
-        if learner is not None or self.learner_group.is_local:
-            learner = self.learner_group._learner
-            for rollout in rollouts:
-                learner.replay.add(rollout)
-            return
-        n = len(self.learner_group)
-
-        def add_shard(lrn, _rollouts=rollouts, _n=n):
+        def add_shard(learner, _rollouts=rollouts):
             dist = torch.distributed
-            rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+            ddp = dist.is_available() and dist.is_initialized()
+            rank, world = (dist.get_rank(), dist.get_world_size()) if ddp else (0, 1)
             # Round-robin shards; with fewer rollouts than learners every learner gets all.
             for i, rollout in enumerate(_rollouts):
-                if len(_rollouts) < _n or i % _n == rank:
-                    lrn.replay.add(rollout)
+                if len(_rollouts) < world or i % world == rank:
+                    learner.replay.add(rollout)
 
         _values(self.learner_group.foreach_learner(add_shard))
 
     def _train(self, num_updates: int) -> list[dict]:
-        if self.learner_group.is_local:
-            learner = self.learner_group._learner
-            learner.train(num_updates)
-            learner.collect_metrics()
-            return [learner.metrics.reduce()]
-
-        def train_and_read(lrn, _k=num_updates):
-            lrn.train(_k)
-            lrn.collect_metrics()
-            return lrn.metrics.reduce()
+        def train_and_read(learner, _k=num_updates):
+            learner.train(_k)
+            learner.collect_metrics()  # the one readback of this iteration
+            return learner.metrics.reduce()
 
         return _values(self.learner_group.foreach_learner(train_and_read))
 
     def _sync_weights(self) -> None:
-        runner, learner = self._local_runner_and_learner()
-        if runner is not None and hasattr(runner, "load_weights_from_module"):
+        runner = self._same_process_runner()
+        if runner is not None:
             # Same process: device-to-device copy into the runner's module, in place.
-            runner.load_weights_from_module(learner.module)
+            def load(learner, _runner=runner):
+                _runner.load_weights_from_module(learner.module)
+
+            _values(self.learner_group.foreach_learner(load))
             return
         self.env_runner_group.sync_weights(
             from_worker_or_learner_group=self.learner_group,
