@@ -163,3 +163,25 @@ def test_ray_job_submit(tmp_path):
         assert (tmp_path / "job" / "checkpoint" / "rllib_checkpoint.json").is_file()
     finally:
         subprocess.run([ray, "stop", "--force"], capture_output=True, env=env, timeout=120)
+
+
+def test_evaluate_on_a_user_csv(tmp_path):
+    """`evaluate --data FILE` on a real market CSV (the GOOGL file shipped in gym-anytrading)."""
+    gym_anytrading = pytest.importorskip("gym_anytrading")
+    csv = Path(gym_anytrading.__file__).parent / "datasets" / "data" / "STOCKS_GOOGL.csv"
+    sets = ["--set", f"run.dir={tmp_path}", "--set", "run.name=e", "--set", "run.iterations=1",
+            "--set", "run.evaluate=false"]
+    out = subprocess.run(_cli("train", "--config", str(SMOKE), *sets), capture_output=True, text=True,
+                         env=_env(), cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    ev = subprocess.run(_cli("evaluate", "--checkpoint", str(tmp_path / "e"), "--data", str(csv),
+                             "--out", str(tmp_path / "ev")), capture_output=True, text=True,
+                        env=_env(), cwd=ROOT, timeout=300)
+    assert ev.returncode == 0, ev.stdout[-3000:] + ev.stderr[-3000:]
+    report = json.loads((tmp_path / "ev" / "metrics.json").read_text())
+    seg = report["segments"]["all"]
+    assert seg["assets"] == ["STOCKS_GOOGL"]
+    metrics = seg["metrics"]["mean"]
+    assert metrics["bars"] > 2000
+    assert all(isinstance(v, float) and v == v for v in metrics.values())  # finite, no NaN
+    assert (tmp_path / "ev" / "report.png").stat().st_size > 10_000
