@@ -34,7 +34,8 @@ def init_ray(settings: Settings) -> None:
 def find_checkpoint(path: str | Path) -> Path:
     """A run directory or a checkpoint directory -> the checkpoint directory."""
     path = Path(path)
-    for candidate in (path, path / CHECKPOINT_DIR):
+    # checkpoint.old exists only if a run died between the two renames of save_checkpoint.
+    for candidate in (path, path / CHECKPOINT_DIR, path / (CHECKPOINT_DIR + ".old")):
         if (candidate / "rllib_checkpoint.json").is_file():
             return candidate
     raise FileNotFoundError(f"{path}: no checkpoint found (expected rllib_checkpoint.json in it "
