@@ -65,7 +65,7 @@ class RunnerSettings:
     graph: bool = True
     """Capture the T-step rollout in one CUDA graph and replay it (CUDA only; ignored on CPU).
 
-    Measured on one H200 (benchmarks/results/env_runner.json): 3x (64k envs) to 7.7x (1k envs)
+    Measured on one H200 (benchmarks/results/env_runner.json): 3.3x (64k envs) to 12x (1k envs)
     more env steps/s than eager."""
     seed: Optional[int] = None
     """Seed of the action RNG and the envs; None: ``config.seed`` or 0. Worker index is added."""
