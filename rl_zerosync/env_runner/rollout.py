@@ -182,8 +182,8 @@ class DeviceRollout:
         v["rewards"][t].copy_(reward)
         v["terminateds"][t].copy_(terminated)
         v["truncateds"][t].copy_(truncated)
-        done = (terminated | truncated).unsqueeze(1)
-        torch.where(done, env.final_obs, obs, out=v["next_obs"][t])
+        # The env's final_obs is every transition's next observation (pre-reset where one ended).
+        v["next_obs"][t].copy_(env.final_obs)
         (v["obs"][t + 1] if t + 1 < self.num_steps else self.cur_obs).copy_(obs)
         self.rng_step.add_(1)
         self.env_steps.add_(self.env_step_increment)
