@@ -28,6 +28,9 @@ from pathlib import Path
 import torch
 
 
+from rl_zerosync.evaluate import greedy_policy  # noqa: E402  (the CLI's greedy policy)
+
+
 def _evaluate(policy, module_device, settings, segment: str) -> dict:
     from rl_zerosync.envs import EnvParams, make_market
     from rl_zerosync.envs.evaluate import evaluate_policy
@@ -38,13 +41,6 @@ def _evaluate(policy, module_device, settings, segment: str) -> dict:
     return {"sharpe": res.metrics["mean"]["sharpe"],
             "total_return": res.metrics["mean"]["total_return"],
             "buy_and_hold_sharpe": res.baselines["buy_and_hold"]["mean"]["sharpe"]}
-
-
-def _ours_policy(module):
-    def policy(obs):
-        with torch.no_grad():
-            return module.greedy_actions(module.q_values(obs))
-    return policy
 
 
 def _stock_policy(module):
@@ -106,11 +102,11 @@ def run_ours(settings, budget_s, eval_every_s):
         return prev + float(k) if k is not None else prev
 
     try:
-        out = _train_loop("ours", algo, _ours_policy, settings, budget_s, eval_every_s,
+        out = _train_loop("ours", algo, greedy_policy, settings, budget_s, eval_every_s,
                           settings.run.iterations, updates_of)
         module = algo.get_module()
         dev = next(module.parameters()).device
-        out["test"] = _evaluate(_ours_policy(module), dev, settings, "test")
+        out["test"] = _evaluate(greedy_policy(module), dev, settings, "test")
         out["batch_size"] = batch
     finally:
         algo.stop()
