@@ -2,22 +2,28 @@
 
 One training iteration (``training_step``):
 
-1. sample one rollout from every env runner (``GPUEnvRunner``; local or remote Ray actors);
+1. sample one rollout from every env runner (``GPUEnvRunner``; local or remote Ray actors); a
+   remote runner puts its rollout in the Ray object store itself and returns only the reference
+   and its metrics, so the rollout travels runner -> learner without passing through the driver;
 2. add the rollouts to the learners' device replay (same process and device: the rollout stays on
-   the device; otherwise one host->device copy per rollout);
+   the device; otherwise one host->device copy per rollout); with several learners each learner
+   takes a shard (rollout i goes to learner ``i % num_learners``; with fewer rollouts than
+   learners every learner takes all) and fetches only its shard;
 3. once ``num_steps_sampled_before_learning_starts`` env steps were sampled, run K updates per
-   learner with no host read between them (``K = replay_ratio * env steps / batch``, at least 1);
+   learner with no host read between them (``K = replay_ratio * env steps / (batch * learners)``,
+   at least 1: ``replay_ratio`` counts the transitions trained by all learners together);
 4. one metrics readback per learner;
 5. weights to the runners once (device-to-device when runner and learner share the process).
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Optional
 
+import ray
 import torch
 from ray.rllib.algorithms.dqn.dqn import DQN, DQNConfig
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
-from ray.rllib.execution.rollout_ops import synchronous_parallel_sample
 from ray.rllib.utils.annotations import override
 from ray.rllib.utils.from_config import NotProvided
 from ray.rllib.utils.metrics import (
@@ -91,8 +97,30 @@ def _values(results) -> list:
 
 
 def updates_for(env_steps: int, replay_ratio: float, batch_size: int) -> int:
-    """K updates for ``env_steps`` new env steps: ``max(1, round(ratio * steps / batch))``."""
+    """K updates for ``env_steps`` new env steps: ``max(1, round(ratio * steps / batch))``.
+
+    ``batch_size`` is the global batch of one update (per-learner batch x number of learners).
+    """
     return max(1, int(round(replay_ratio * env_steps / batch_size)))
+
+
+def _sample_to_object_store(runner) -> tuple:
+    """On a remote runner: one rollout into the object store; returns (reference, metrics)."""
+    rollout = runner.sample()
+    # numpy columns: zero-copy out of the object store on the learner's node.
+    ref = ray.put({k: v.numpy() for k, v in rollout.items()})
+    return ref, runner.get_metrics()
+
+
+def _as_rollout(item) -> dict:
+    """A rollout dict of tensors, fetching it from the object store if it is a reference."""
+    if not isinstance(item, ray.ObjectRef):
+        return item
+    arrays = ray.get(item)
+    with warnings.catch_warnings():
+        # Object-store arrays are read-only; the replay only reads them (one copy to the device).
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return {k: torch.from_numpy(v) for k, v in arrays.items()}
 
 
 class ZeroSyncDQN(DQN):
@@ -119,13 +147,15 @@ class ZeroSyncDQN(DQN):
         if runner is not None:
             # Same process and device as the learner: the rollout stays on the device.
             return [runner.sample_device()], [runner.get_metrics()]
-        return synchronous_parallel_sample(
-            worker_set=self.env_runner_group,
-            concat=False,
-            sample_timeout_s=self.config.sample_timeout_s,
-            _uses_new_env_runners=True,
-            _return_metrics=True,
+        if self.env_runner_group.num_remote_env_runners() == 0:
+            runner = self.env_runner
+            return [runner.sample()], [runner.get_metrics()]
+        results = self.env_runner_group.foreach_env_runner(
+            _sample_to_object_store,
+            local_env_runner=False,
+            timeout_seconds=self.config.sample_timeout_s,
         )
+        return [ref for ref, _ in results], [metrics for _, metrics in results]
 
     def _add_to_replay(self, rollouts: list) -> None:
         def add_shard(learner, _rollouts=rollouts):
@@ -135,7 +165,7 @@ class ZeroSyncDQN(DQN):
             # Round-robin shards; with fewer rollouts than learners every learner gets all.
             for i, rollout in enumerate(_rollouts):
                 if len(_rollouts) < world or i % world == rank:
-                    learner.replay.add(rollout)
+                    learner.replay.add(_as_rollout(rollout))
 
         _values(self.learner_group.foreach_learner(add_shard))
 
@@ -176,7 +206,8 @@ class ZeroSyncDQN(DQN):
         if lifetime < self.config.num_steps_sampled_before_learning_starts:
             return
 
-        k = updates_for(sampled, self.config.replay_ratio, self.config.train_batch_size_per_learner)
+        learners = max(1, int(self.config.num_learners))
+        k = updates_for(sampled, self.config.replay_ratio, self.config.train_batch_size_per_learner * learners)
         with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
             learner_results = self._train(k)
         self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)

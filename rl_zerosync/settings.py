@@ -61,7 +61,8 @@ class AlgoSettings:
     batch_size: int = 1024
     """Transitions per update per learner."""
     replay_ratio: float = 1.0
-    """Trained transitions per sampled env step (K = ratio * env steps / batch_size, >= 1)."""
+    """Trained transitions (all learners together) per sampled env step:
+    K = ratio * env steps / (batch_size * max(num_learners, 1)) updates per iteration, >= 1."""
     learning_starts: int = 10_000
     """Env steps sampled before the first update."""
     target_update_freq: int = 1000

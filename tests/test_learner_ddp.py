@@ -63,3 +63,15 @@ def test_two_learners_stay_identical(ray_two_cpus):
     assert m_a["grad_norm_mean"] == m_b["grad_norm_mean"]  # all-reduced gradients: one global norm
     for a, b in zip(p_a, p_b):
         assert torch.equal(a, b)
+
+
+def test_nan_on_one_rank_is_skipped_on_both(ray_two_cpus):
+    """100 updates over gloo with NaN rewards on rank 1 for one update: both ranks skip it."""
+    from ddp_helpers import SPACES, check_nan_run, ddp_learner_config, run_with_nan_on_one_rank
+
+    group = ddp_learner_config(num_gpus_per_learner=0).build_learner_group(spaces=SPACES)
+    try:
+        results = [r.get() for r in group.foreach_learner(run_with_nan_on_one_rank)]
+    finally:
+        group.shutdown()
+    check_nan_run(results)

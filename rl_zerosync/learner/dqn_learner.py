@@ -25,6 +25,13 @@ non-finite step is skipped instead of stepping with zeroed gradients; no per-upd
 :mod:`rl_zerosync.learner.guard`; in ``train()`` the target network is updated every
 ``target_network_update_freq`` *updates* (drop-in ``update()`` keeps RLlib's env-step meaning);
 distributional DQN (``num_atoms > 1``) and multi-module setups are not supported.
+
+DDP (``num_learners > 1``): the forward goes through the DDP wrapper (gradients all-reduced in
+backward, so the global grad norm and the guard's skip decision are the same on every rank; the
+loss is all-reduced before the guard); each learner keeps its own replay shard; on CUDA the DDP
+wrapper is built on the learner's capture stream and the update, NCCL all-reduces included, is
+captured in a CUDA graph after ``max(graph_warmup, 11)`` eager updates; the guard's metrics are
+gathered from all ranks and combined at the per-iteration readback.
 """
 from __future__ import annotations
 
@@ -51,6 +58,9 @@ __all__ = ["ZeroSyncDQNTorchLearner", "COMPONENT_ZEROSYNC"]
 
 logger = logging.getLogger(__name__)
 
+DDP_GRAPH_WARMUP = 11
+"""Eager updates before capturing a DDP update (PyTorch's CUDA-graph notes: DDP needs >= 11)."""
+
 COMPONENT_ZEROSYNC = "zerosync"
 """Learner state component holding the replay buffer and the zero-sync counters."""
 
@@ -66,6 +76,7 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
     def build(self) -> None:
         # Validate everything before RLlib builds modules and optimizers.
         self.settings = LearnerSettings.from_config(self.config)
+        self._capture_stream: Optional[torch.cuda.Stream] = None
         if getattr(self.config, "num_atoms", 1) > 1:
             raise ValueError(
                 f"num_atoms must be 1 for ZeroSyncDQNTorchLearner (distributional DQN is not "
@@ -97,16 +108,32 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
         self._sample: Optional[ReplaySample] = None
         self._grad_seed: Optional[torch.Tensor] = None
         self._batch: Optional[Dict[str, torch.Tensor]] = None
-        self.use_graph = bool(s.graph and self._device.type == "cuda" and not self.distributed)
+        self.use_graph = bool(s.graph and self._device.type == "cuda")
+        # DDP rebuilds its gradient buckets during the first iterations: capture after they settled.
+        warmup = max(s.graph_warmup, DDP_GRAPH_WARMUP) if self.distributed else s.graph_warmup
         self._graphed = (
-            GraphedUpdate(self._device_update, warmup=s.graph_warmup, before_capture=self._before_capture,
-                          after_reset=self._after_graph_reset)
+            GraphedUpdate(self._device_update, warmup=warmup, before_capture=self._before_capture,
+                          after_reset=self._after_graph_reset, stream=self._capture_stream,
+                          capture_error_mode="thread_local" if self.distributed else "global")
             if self.use_graph else None
         )
         self._updates = 0
         self._target_updates = 0
         self._warm = False
         self._dropin_pending = False
+
+    @override(DQNTorchLearner)
+    def _make_modules_ddp_if_necessary(self) -> None:
+        # A graph captures DDP's all-reduce only if DDP was built on the capture stream (its
+        # autograd hooks remember that stream): build the wrapper there and capture there.
+        if self._device.type != "cuda":
+            super()._make_modules_ddp_if_necessary()
+            return
+        self._capture_stream = torch.cuda.Stream(device=self._device)
+        self._capture_stream.wait_stream(torch.cuda.current_stream(self._device))
+        with torch.cuda.stream(self._capture_stream):
+            super()._make_modules_ddp_if_necessary()
+        torch.cuda.current_stream(self._device).wait_stream(self._capture_stream)
 
     # ---- optimizer ---------------------------------------------------------------------------
     @override(DQNTorchLearner)

@@ -25,6 +25,10 @@ class GraphedUpdate:
         before_capture: Called right before capture (e.g. make the optimizer capturable and set its
             grads to None so backward allocates them from the graph's pool).
         after_reset: Called by :meth:`reset` (e.g. make the optimizer non-capturable again).
+        stream: The side stream for warm-up and capture (default: a new one). With DDP, pass the
+            stream the DDP wrapper was built on (its autograd hooks are tied to it).
+        capture_error_mode: ``torch.cuda.graph``'s mode; ``"thread_local"`` lets other threads
+            (e.g. the NCCL watchdog of a process group) keep querying events during capture.
     """
 
     def __init__(
@@ -34,6 +38,8 @@ class GraphedUpdate:
         warmup: int,
         before_capture: Callable[[], None],
         after_reset: Optional[Callable[[], None]] = None,
+        stream: Optional[torch.cuda.Stream] = None,
+        capture_error_mode: str = "global",
     ) -> None:
         if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 1:
             raise ValueError(f"warmup must be an int >= 1, got {warmup!r}")
@@ -41,7 +47,8 @@ class GraphedUpdate:
         self.before_capture, self.after_reset = before_capture, after_reset
         self.graph: Optional[torch.cuda.CUDAGraph] = None
         self._warmup_left = warmup
-        self._side: Optional[torch.cuda.Stream] = None
+        self._side: Optional[torch.cuda.Stream] = stream
+        self.capture_error_mode = capture_error_mode
 
     @property
     def captured(self) -> bool:
@@ -72,7 +79,7 @@ class GraphedUpdate:
             return
         self.before_capture()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=self._side):
+        with torch.cuda.graph(graph, stream=self._side, capture_error_mode=self.capture_error_mode):
             self.fn()
         self.graph = graph
         graph.replay()

@@ -17,6 +17,15 @@ per-iteration accumulators on the device and returns Python floats; :meth:`Train
 then warns or raises :class:`TrainingHalted`. Update indices are 0-based and count every update
 this learner ran (restored from checkpoints).
 
+With DDP (``world_size > 1``) the packs of all ranks are first gathered on the device (one
+``all_gather`` at the boundary, none per update) and read back together; every rank then combines
+them the same way, so all ranks report and act on the same numbers (:func:`combine_ranks`). The
+counters and the loss / grad-norm sums are global by construction (one decision per update for all
+ranks) and are checked to agree: a disagreement raises ``RuntimeError`` naming the ranks' values.
+The Q statistics and the divergence counter are per rank (each rank sees its own replay shard) and
+are combined: min of ``q_min``, max of ``q_max``, ``q_mean`` / ``q_all_mean`` over all ranks'
+batches, max of the divergence counter and flag, and the earliest divergence record.
+
 Metrics (per iteration; ``n`` = updates with a finite loss and grad norm, ``m`` = updates whose Q
 was all finite):
 
@@ -35,7 +44,7 @@ was all finite):
 from __future__ import annotations
 
 import logging
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 
@@ -43,7 +52,7 @@ from rl_zerosync.kernels import AsyncReadback, Kernels, qstats_scratch_numel
 from rl_zerosync.kernels.validate import GUARD_CHECKS, GUARD_RECORD_FIELDS
 from rl_zerosync.learner.settings import LearnerSettings
 
-__all__ = ["CHECKS", "TrainingGuard", "TrainingHalted", "METRIC_NAMES"]
+__all__ = ["CHECKS", "TrainingGuard", "TrainingHalted", "METRIC_NAMES", "combine_ranks"]
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +75,72 @@ METRIC_NAMES = (
 _REC = GUARD_RECORD_FIELDS  # record row: seen, update index, loss, grad norm, q_min, q_max
 assert len(CHECKS) == GUARD_CHECKS  # the guard_record kernel's row order is CHECKS
 _PACK = 6 + 5 + 2 + len(CHECKS) * _REC + 1
+
+
+def _unpack(vals: List[float]) -> Tuple[Dict[str, float], List[List[float]]]:
+    """One rank's pack (see :meth:`TrainingGuard.collect`) -> (metrics, first-trigger records)."""
+    acc, qagg = vals[0:6], vals[6:11]
+    recs = [vals[13 + i * _REC: 13 + (i + 1) * _REC] for i in range(len(CHECKS))]
+    n, m = acc[2] - acc[3], qagg[4]
+    nan = float("nan")
+    metrics = {
+        "loss_mean": acc[0] / n if n > 0 else nan,
+        "grad_norm_mean": acc[1] / n if n > 0 else nan,
+        "updates": acc[2],
+        "skipped": acc[3],
+        "clip_events": acc[4],
+        "collapse_events": acc[5],
+        "q_min": qagg[0] if m > 0 else nan,
+        "q_max": qagg[1] if m > 0 else nan,
+        "q_mean": qagg[2] / m if m > 0 else nan,
+        "q_all_mean": qagg[3] / m if m > 0 else nan,
+        "divergence_count": vals[11],
+        "divergence_flag": vals[12],
+        "updates_lifetime": vals[-1],
+        "_q_sum": qagg[2],
+        "_q_all_sum": qagg[3],
+        "_q_rows": m,
+    }
+    return metrics, recs
+
+
+_GLOBAL = ("updates", "skipped", "clip_events", "collapse_events", "loss_mean", "grad_norm_mean", "updates_lifetime")
+
+
+def combine_ranks(
+    per_rank: List[Tuple[Dict[str, float], List[List[float]]]]
+) -> Tuple[Dict[str, float], List[List[float]]]:
+    """Combine the ranks' unpacked metrics (see the module docstring); one rank: unchanged.
+
+    Raises ``RuntimeError`` if the ranks disagree on a value that must be global (the counters,
+    loss and grad-norm means): that would mean the ranks took different guard decisions.
+    """
+    metrics0, recs0 = per_rank[0]
+    for key in _GLOBAL:
+        values = [m[key] for m, _ in per_rank]
+        same = all(v == values[0] or (v != v and values[0] != values[0]) for v in values)
+        if not same:
+            raise RuntimeError(
+                f"guard: the DDP ranks disagree on {key!r} (per rank {values}); the skip / clip / "
+                f"collapse decisions must be identical on every rank"
+            )
+    out = {k: v for k, v in metrics0.items() if not k.startswith("_")}
+    if len(per_rank) > 1:
+        nan = float("nan")
+        rows = sum(m["_q_rows"] for m, _ in per_rank)
+        seen = [m for m, _ in per_rank if m["_q_rows"] > 0]
+        out["q_min"] = min(m["q_min"] for m in seen) if seen else nan
+        out["q_max"] = max(m["q_max"] for m in seen) if seen else nan
+        out["q_mean"] = sum(m["_q_sum"] for m, _ in per_rank) / rows if rows > 0 else nan
+        out["q_all_mean"] = sum(m["_q_all_sum"] for m, _ in per_rank) / rows if rows > 0 else nan
+        out["divergence_count"] = max(m["divergence_count"] for m, _ in per_rank)
+        out["divergence_flag"] = max(m["divergence_flag"] for m, _ in per_rank)
+        d = CHECKS.index("divergence")
+        fired = [r[d] for _, r in per_rank if r[d][0] > 0]
+        recs0 = [list(r) for r in recs0]
+        if fired:
+            recs0[d] = min(fired, key=lambda rec: rec[1])  # the earliest trigger over the ranks
+    return out, recs0
 
 
 class TrainingHalted(RuntimeError):
@@ -114,7 +189,8 @@ class TrainingGuard:
         self.records = torch.zeros((len(CHECKS), _REC), dtype=torch.float64, device=dev)
         self.update_index = torch.zeros(1, dtype=torch.float64, device=dev)
         self._pack = torch.zeros(_PACK, dtype=torch.float64, device=dev)
-        self._readback = AsyncReadback(_PACK, torch.float64, dev)
+        self._gathered = torch.zeros((self.world_size, _PACK), dtype=torch.float64, device=dev)
+        self._readback = AsyncReadback(self.world_size * _PACK, torch.float64, dev)
         self._reset_qagg()
         self._check = kernels.bind_guard_check(
             self.loss, self.grad_norm, self.warmup_done, self.flags, self.clipped_loss, self.loss_scale,
@@ -130,6 +206,9 @@ class TrainingGuard:
         )
         self._qstats: Dict[Tuple[int, int], torch.Tensor] = {}
         self._pending: Optional[tuple] = None
+        self.rank = torch.distributed.get_rank() if self.world_size > 1 else 0
+        self.last_local_q: Dict[str, float] = {}
+        """This rank's own Q stats at the last :meth:`collect` (before combining over the ranks)."""
 
     def _reset_qagg(self) -> None:
         self.qagg.zero_()
@@ -192,32 +271,20 @@ class TrainingGuard:
              self.records.reshape(-1), self.update_index],
             out=self._pack,
         )
-        self._readback.start(self._pack)
+        if self.world_size > 1:
+            # One collective at the boundary: every rank gets every rank's pack.
+            torch.distributed.all_gather(list(self._gathered.unbind(0)), self._pack)
+            self._readback.start(self._gathered)
+        else:
+            self._readback.start(self._pack)
         vals = self._readback.wait().tolist()  # host read: the one readback per training iteration
         self.accum.zero_()
         self._reset_qagg()
         self.records[0:2].zero_()
-        acc, qagg = vals[0:6], vals[6:11]
-        div_counter, div_flag = vals[11], vals[12]
-        recs = [vals[13 + i * _REC: 13 + (i + 1) * _REC] for i in range(len(CHECKS))]
-        n = acc[2] - acc[3]
-        m = qagg[4]
-        nan = float("nan")
-        metrics = {
-            "loss_mean": acc[0] / n if n > 0 else nan,
-            "grad_norm_mean": acc[1] / n if n > 0 else nan,
-            "updates": acc[2],
-            "skipped": acc[3],
-            "clip_events": acc[4],
-            "collapse_events": acc[5],
-            "q_min": qagg[0] if m > 0 else nan,
-            "q_max": qagg[1] if m > 0 else nan,
-            "q_mean": qagg[2] / m if m > 0 else nan,
-            "q_all_mean": qagg[3] / m if m > 0 else nan,
-            "divergence_count": div_counter,
-            "divergence_flag": div_flag,
-            "updates_lifetime": vals[-1],
-        }
+        per_rank = [_unpack(vals[r * _PACK:(r + 1) * _PACK]) for r in range(self.world_size)]
+        metrics, recs = combine_ranks(per_rank)
+        local = per_rank[self.rank][0]
+        self.last_local_q = {k: local[k] for k in ("q_min", "q_max", "q_mean", "q_all_mean")}
         self._pending = (metrics, recs)
         return metrics
 

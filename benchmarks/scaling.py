@@ -1,0 +1,298 @@
+"""Scaling benchmark: one GPU vs two GPUs in the same run (weak scaling: the same work per GPU).
+
+How to run (a machine with two GPUs; Ray 2.60 installed)::
+
+    python benchmarks/scaling.py            # ~3 min on two H200s
+    python benchmarks/scaling.py --quick    # small sizes (also runs on a CPU: gloo instead of NCCL)
+
+Two sections, each timed the same way for 1 and 2 GPUs:
+
+* ``learner``: the learner alone. Each learner fills its replay shard with random transitions,
+  warms up (graph capture), then times ``--k`` updates with CUDA events; every rank is timed and
+  the slowest counts. Per-learner batch fixed, so 2 learners train twice the transitions per update
+  (global batch ``2 x B``). Variants: ours graphed (1 learner; 2 DDP learners over NCCL), ours
+  eager DDP (2), and stock RLlib ``DQNTorchLearner.update`` on a device batch (1; 2 DDP learners),
+  the baseline. Synchronizing CUDA calls per update are counted per rank (``warn`` mode).
+* ``e2e``: ``ZeroSyncDQN`` as ``configs/two_gpu.yaml`` lays it out: per GPU one GPU env runner
+  (0.6 GPU) and one learner (0.4 GPU). 1 GPU = 1 runner + 1 learner in a Ray instance given one
+  GPU; 2 GPUs = 2 runners + 2 DDP learners. Same envs per runner, rollout length, per-learner
+  batch and replay ratio, so an iteration does the same work per GPU. After ``--warm`` iterations,
+  ``--iters`` iterations are timed: env steps/s, updates/s, trained transitions/s, RLlib's phase
+  timers, and where Ray placed each actor.
+
+``scaling efficiency`` = throughput with 2 GPUs / (2 x throughput with 1 GPU). ``summary``:
+``scaling_efficiency_2gpu`` (end to end, env steps/s; trained transitions/s is the same ratio
+since the replay ratio is fixed), ``learner_scaling_efficiency_2gpu`` (ours graphed, trained
+transitions/s), ``stock_learner_scaling_efficiency_2gpu``, ``syncs_per_update_ddp`` (max over
+ranks). JSON goes to ``benchmarks/results/scaling.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+import time
+import warnings
+from pathlib import Path
+
+import ray
+import ray.cloudpickle
+import torch
+from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
+from ray.rllib.utils.metrics import NUM_AGENT_STEPS_SAMPLED_LIFETIME, NUM_ENV_STEPS_SAMPLED_LIFETIME
+
+import common
+import learner as learner_bench
+from common import hardware, versions, write_json
+from rl_zerosync.learner import ZeroSyncDQNTorchLearner
+
+ROOT = Path(__file__).resolve().parent.parent
+# The learner actors cannot import the benchmark scripts: ship these modules' functions by value.
+for _mod in (common, learner_bench):
+    ray.cloudpickle.register_pickle_by_value(_mod)
+
+
+# ---------------------------------------------------------------- learner section (runs in actors)
+def _cuda_time_per_call(fn, repeats: int, device: torch.device) -> float:
+    """Median seconds of one ``fn()`` call (CUDA events on CUDA, wall clock on CPU)."""
+    samples = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize(device)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end) * 1e-3)
+        else:
+            t0 = time.perf_counter()
+            fn()
+            samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
+def _rank() -> int:
+    dist = torch.distributed
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def _ours_in_actor(learner, *, k: int, repeats: int, capacity: int) -> dict:
+    dev = learner._device
+    ro = learner_bench.random_rollout(max(1, capacity // 1000), 1000, torch.device("cpu"))
+    learner.replay.add({key: v for key, v in ro.items() if key != "factored_actions"})
+    learner.train(k)  # warm-up (and graph capture: DDP needs 11 eager updates first)
+    learner.collect_metrics()
+    sec = _cuda_time_per_call(lambda: learner.train(k), repeats, dev)
+    syncs = learner_bench.count_syncs(lambda: learner.train(k), k, dev)
+    metrics = learner.collect_metrics()
+    return {"rank": _rank(), "sec_per_update": sec / k, "syncs_per_update": syncs, "skipped": metrics["skipped"],
+            "captured": bool(learner._graphed is not None and learner._graphed.captured),
+            "gpu_ids": [str(i) for i in ray.get_gpu_ids()]}
+
+
+def _stock_in_actor(learner, *, k: int, repeats: int, batch: int) -> dict:
+    dev = learner._device
+    ro = learner_bench.random_rollout(1, batch, dev)
+    cols = {
+        "obs": ro["obs"][0], "new_obs": ro["next_obs"][0], "actions": ro["actions"][0],
+        "rewards": ro["rewards"][0], "terminateds": ro["terminateds"][0],
+        "weights": torch.ones(batch, device=dev), "n_step": torch.ones(batch, dtype=torch.int64, device=dev),
+    }
+    mab = MultiAgentBatch({learner_bench.MID: SampleBatch(cols)}, env_steps=batch)
+    step = [0]
+
+    def run_k() -> None:
+        for _ in range(k):
+            step[0] += batch
+            learner.update(batch=mab, timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: step[0],
+                                                 NUM_AGENT_STEPS_SAMPLED_LIFETIME: step[0]})
+
+    run_k()  # warm-up
+    sec = _cuda_time_per_call(run_k, repeats, dev)
+    syncs = learner_bench.count_syncs(run_k, k, dev)
+    return {"rank": _rank(), "sec_per_update": sec / k, "syncs_per_update": syncs,
+            "gpu_ids": [str(i) for i in ray.get_gpu_ids()]}
+
+
+def _learner_group(*, num_learners: int, batch: int, hidden, cuda: bool, ours: bool, graph: bool, capacity: int):
+    cfg = learner_bench.make_config(
+        batch=batch, hidden=hidden, cuda=cuda,
+        learner_class=ZeroSyncDQNTorchLearner if ours else None,
+        zerosync={"replay_capacity": capacity, "graph": graph} if ours else None,
+    )
+    cfg = cfg.learners(num_learners=num_learners, num_gpus_per_learner=1 if cuda else 0,
+                       num_cpus_per_learner=1)
+    return cfg.build_learner_group(spaces=learner_bench.spaces())
+
+
+def bench_learners(args, cuda: bool) -> list:
+    rows = []
+    variants = [("ours_graph", True, True), ("ours_eager", True, False), ("stock", False, False)]
+    for name, ours, graph in variants:
+        for n in (1, 2):
+            if name == "ours_eager" and n == 1:
+                continue  # the single-learner eager update is in benchmarks/learner.py
+            group = _learner_group(num_learners=n, batch=args.batch, hidden=args.hidden, cuda=cuda, ours=ours,
+                                   graph=graph, capacity=args.capacity)
+            try:
+                if ours:
+                    fn = lambda lr, _k=args.k, _r=args.repeats, _c=args.capacity: _ours_in_actor(  # noqa: E731
+                        lr, k=_k, repeats=_r, capacity=_c)
+                else:
+                    fn = lambda lr, _k=args.stock_k, _r=args.repeats, _b=args.batch: _stock_in_actor(  # noqa: E731
+                        lr, k=_k, repeats=_r, batch=_b)
+                per_rank = [r.get() for r in group.foreach_learner(fn)]
+            finally:
+                group.shutdown()
+            for r in per_rank:
+                if isinstance(r, Exception):
+                    raise r
+            sec = max(r["sec_per_update"] for r in per_rank)
+            syncs = [r["syncs_per_update"] for r in per_rank]
+            row = {
+                "variant": name, "gpus": n, "batch_per_learner": args.batch, "us_per_update": sec * 1e6,
+                "updates_per_s": 1.0 / sec, "trained_per_s": n * args.batch / sec,
+                "syncs_per_update": max(syncs) if None not in syncs else None, "per_rank": per_rank,
+            }
+            rows.append(row)
+            print(f"learner {name:<10} gpus={n} {row['us_per_update']:9.1f} us/update "
+                  f"{row['trained_per_s']:14,.0f} trained/s syncs/update={row['syncs_per_update']}", flush=True)
+    return rows
+
+
+# ---------------------------------------------------------------- end-to-end section
+def _e2e_settings(args, gpus: int, cuda: bool):
+    from rl_zerosync.settings import load
+
+    frac_runner, frac_learner = (0.6, 0.4) if cuda else (0, 0)
+    return load(ROOT / "configs" / "two_gpu.yaml", [
+        "run.seed=0",
+        f"algo.num_env_runners={gpus}",
+        f"algo.num_learners={gpus}",
+        f"algo.num_gpus_per_env_runner={frac_runner}",
+        f"algo.num_gpus_per_learner={frac_learner}",
+        f"algo.num_envs_per_runner={args.envs}",
+        f"algo.rollout_length={args.rollout}",
+        f"algo.batch_size={args.batch}",
+        f"algo.replay_ratio={args.replay_ratio}",
+        "algo.learning_starts=0",
+        f"learner.replay_capacity={args.capacity}",
+    ])
+
+
+def _placement(algo) -> dict:
+    runners = algo.env_runner_group.foreach_env_runner(lambda r: ray.get_gpu_ids(), local_env_runner=False)
+    learners = [r.get() for r in algo.learner_group.foreach_learner(lambda lr: ray.get_gpu_ids())]
+    return {"runners": [[str(i) for i in g] for g in runners], "learners": [[str(i) for i in g] for g in learners]}
+
+
+def bench_e2e(args, gpus: int, cuda: bool) -> dict:
+    from rl_zerosync.settings import to_rllib_config
+
+    ray.init(num_cpus=args.cpus, num_gpus=gpus if cuda else 0, include_dashboard=False)
+    try:
+        algo = to_rllib_config(_e2e_settings(args, gpus, cuda)).build_algo()
+        try:
+            place = _placement(algo)
+            for _ in range(args.warm):
+                algo.train()
+            first = algo.train()
+            steps0 = first["env_runners"]["num_env_steps_sampled_lifetime"]
+            t0 = time.perf_counter()
+            iters, updates, timers = 0, 0, []
+            while iters < args.iters:
+                result = algo.train()
+                iters += 1
+                updates += int(result.get("num_updates_per_iteration", 0))
+                timers.append(result.get("timers", {}))
+            wall = time.perf_counter() - t0
+            steps = result["env_runners"]["num_env_steps_sampled_lifetime"] - steps0
+            zs = result["learners"]["default_policy"]["zerosync"]
+        finally:
+            algo.stop()
+    finally:
+        ray.shutdown()
+    phase = {k: statistics.median(t[k] for t in timers if k in t)
+             for k in ("env_runner_sampling_timer", "replay_buffer_add_data_timer", "learner_update_timer",
+                       "synch_weights", "training_iteration")
+             if any(k in t for t in timers)}
+    row = {
+        "gpus": gpus, "env_runners": gpus, "learners": gpus, "iterations": iters, "wall_s": wall,
+        "env_steps": steps, "env_steps_per_s": steps / wall, "updates": updates, "updates_per_s": updates / wall,
+        "trained_per_s": updates * args.batch * gpus / wall, "phase_median_s": phase, "placement": place,
+        "skipped_last_iteration": float(zs["skipped"]),
+    }
+    print(f"e2e gpus={gpus}: {row['env_steps_per_s']:14,.0f} env steps/s {row['updates_per_s']:9,.1f} updates/s "
+          f"{row['trained_per_s']:14,.0f} trained/s placement={place} phases={ {k: round(v, 4) for k, v in phase.items()} }",
+          flush=True)
+    return row
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="small sizes (CPU smoke run)")
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "scaling.json"))
+    p.add_argument("--skip-learner", action="store_true")
+    p.add_argument("--skip-e2e", action="store_true")
+    args = p.parse_args(argv)
+    cuda = torch.cuda.is_available()
+    if cuda and torch.cuda.device_count() < 2:
+        raise SystemExit(f"scaling.py needs two GPUs, found {torch.cuda.device_count()}")
+    q = args.quick
+    args.batch = 64 if q else 1024
+    args.hidden = [64, 64] if q else [256, 256]
+    args.capacity = 20_000 if q else 500_000
+    args.k, args.stock_k, args.repeats = (5, 3, 2) if q else (200, 50, 5)
+    args.envs, args.rollout = (128, 16) if q else (4096, 64)
+    args.replay_ratio = 0.5
+    args.warm, args.iters = (1, 3) if q else (5, 20)
+    args.cpus = 6 if q else 16
+
+    result = {
+        "benchmark": "scaling",
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "hardware": hardware("cuda" if cuda else "cpu"),
+        "gpu_count": torch.cuda.device_count() if cuda else 0,
+        "versions": versions(),
+        "config": {k: v for k, v in vars(args).items() if k not in ("out",)},
+    }
+    if cuda:
+        result["hardware"]["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    learner_rows = []
+    if not args.skip_learner:
+        ray.init(num_cpus=args.cpus, num_gpus=2 if cuda else 0, include_dashboard=False)
+        try:
+            learner_rows = bench_learners(args, cuda)
+        finally:
+            ray.shutdown()
+    e2e_rows = [] if args.skip_e2e else [bench_e2e(args, g, cuda) for g in (1, 2)]
+
+    def eff(rows, key, **match):
+        hits = {r["gpus"]: r[key] for r in rows if all(r.get(k) == v for k, v in match.items())}
+        return hits[2] / (2 * hits[1]) if 1 in hits and 2 in hits else None
+
+    summary = {
+        "scaling_efficiency_2gpu": eff(e2e_rows, "env_steps_per_s"),
+        "e2e_env_steps_per_s_1gpu": e2e_rows[0]["env_steps_per_s"] if e2e_rows else None,
+        "e2e_env_steps_per_s_2gpu": e2e_rows[1]["env_steps_per_s"] if e2e_rows else None,
+        "trained_scaling_efficiency_2gpu": eff(e2e_rows, "trained_per_s"),
+        "learner_scaling_efficiency_2gpu": eff(learner_rows, "trained_per_s", variant="ours_graph"),
+        "stock_learner_scaling_efficiency_2gpu": eff(learner_rows, "trained_per_s", variant="stock"),
+        "syncs_per_update_ddp": max((r["syncs_per_update"] for r in learner_rows
+                                     if r["variant"] == "ours_graph" and r["gpus"] == 2
+                                     and r["syncs_per_update"] is not None), default=None),
+    }
+    ours2 = [r for r in learner_rows if r["variant"] == "ours_graph" and r["gpus"] == 2]
+    stock2 = [r for r in learner_rows if r["variant"] == "stock" and r["gpus"] == 2]
+    if ours2 and stock2:
+        summary["ddp_update_speedup_vs_stock"] = stock2[0]["us_per_update"] / ours2[0]["us_per_update"]
+    print("summary:", json.dumps(summary, indent=1))
+    result.update({"learner": learner_rows, "e2e": e2e_rows, "summary": summary})
+    write_json(result, args.out)
+    return result
+
+
+if __name__ == "__main__":
+    main()
