@@ -17,8 +17,9 @@ Two sections, each timed the same way for 1 and 2 GPUs:
   (0.6 GPU) and one learner (0.4 GPU). 1 GPU = 1 runner + 1 learner in a Ray instance given one
   GPU; 2 GPUs = 2 runners + 2 DDP learners. Same envs per runner, rollout length, per-learner
   batch and replay ratio, so an iteration does the same work per GPU. After ``--warm`` iterations,
-  ``--iters`` iterations are timed: env steps/s, updates/s, trained transitions/s, RLlib's phase
-  timers, and where Ray placed each actor.
+  ``--iters`` iterations are timed: env steps/s, updates/s, trained transitions/s, the median
+  seconds per phase (``phase_s``: sample, add, train, sync_weights, rollout fetch, replay add; the
+  runners' enqueue, device-wait-and-copy and object-store put), and where Ray placed each actor.
 
 ``scaling efficiency`` = throughput with 2 GPUs / (2 x throughput with 1 GPU). ``summary``:
 ``scaling_efficiency_2gpu`` (end to end, env steps/s; trained transitions/s is the same ratio
@@ -48,6 +49,7 @@ from common import hardware, versions, write_json
 from rl_zerosync.learner import ZeroSyncDQNTorchLearner
 
 ROOT = Path(__file__).resolve().parent.parent
+RUNNER_TIMERS = ("rollout_enqueue_timer", "rollout_readback_timer", "rollout_put_timer")
 # The learner actors cannot import the benchmark scripts: ship these modules' functions by value.
 for _mod in (common, learner_bench):
     ray.cloudpickle.register_pickle_by_value(_mod)
@@ -206,7 +208,9 @@ def bench_e2e(args, gpus: int, cuda: bool) -> dict:
                 result = algo.train()
                 iters += 1
                 updates += int(result.get("num_updates_per_iteration", 0))
-                timers.append(result.get("timers", {}))
+                runner = result.get("env_runners", {})
+                timers.append({**result.get("phase_s", {}),
+                               **{f"runner_{k}": float(runner[k]) for k in RUNNER_TIMERS if k in runner}})
             wall = time.perf_counter() - t0
             steps = result["env_runners"]["num_env_steps_sampled_lifetime"] - steps0
             zs = result["learners"]["default_policy"]["zerosync"]
@@ -214,10 +218,7 @@ def bench_e2e(args, gpus: int, cuda: bool) -> dict:
             algo.stop()
     finally:
         ray.shutdown()
-    phase = {k: statistics.median(t[k] for t in timers if k in t)
-             for k in ("env_runner_sampling_timer", "replay_buffer_add_data_timer", "learner_update_timer",
-                       "synch_weights", "training_iteration")
-             if any(k in t for t in timers)}
+    phase = {k: statistics.median(t[k] for t in timers if k in t) for k in sorted({k for t in timers for k in t})}
     row = {
         "gpus": gpus, "env_runners": gpus, "learners": gpus, "iterations": iters, "wall_s": wall,
         "env_steps": steps, "env_steps_per_s": steps / wall, "updates": updates, "updates_per_s": updates / wall,

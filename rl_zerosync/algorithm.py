@@ -17,6 +17,8 @@ One training iteration (``training_step``):
 """
 from __future__ import annotations
 
+import contextlib
+import time
 import warnings
 from typing import Any, Optional
 
@@ -38,7 +40,12 @@ from ray.rllib.utils.metrics import (
     TIMERS,
 )
 
+from rl_zerosync.learner.replay import ROLLOUT_KEYS as REPLAY_KEYS
+
 NUM_UPDATES_PER_ITERATION = "num_updates_per_iteration"
+PHASE_TIMES = "phase_s"
+"""Result key: this iteration's seconds per phase (sample, add, train, sync_weights, and the
+learners' slowest rollout fetch / replay add); RLlib's ``timers`` are smoothed over iterations."""
 
 
 class ZeroSyncDQNConfig(DQNConfig):
@@ -104,11 +111,21 @@ def updates_for(env_steps: int, replay_ratio: float, batch_size: int) -> int:
     return max(1, int(round(replay_ratio * env_steps / batch_size)))
 
 
+ROLLOUT_PUT_TIMER = "rollout_put_timer"
+"""Remote runner: time to put one rollout into the object store."""
+ROLLOUT_FETCH_TIMER = "rollout_fetch_timer"
+"""Learners (slowest): seconds to get their shard's rollouts from the object store."""
+REPLAY_ADD_TIMER = "replay_add_timer"
+"""Learners (slowest): seconds to add their shard to the device replay (host staging + enqueued copy)."""
+
+
 def _sample_to_object_store(runner) -> tuple:
     """On a remote runner: one rollout into the object store; returns (reference, metrics)."""
     rollout = runner.sample()
-    # numpy columns: zero-copy out of the object store on the learner's node.
-    ref = ray.put({k: v.numpy() for k, v in rollout.items()})
+    with runner.metrics.log_time(ROLLOUT_PUT_TIMER, reduce="mean", window=1):
+        # numpy columns: zero-copy out of the object store on the learner's node. Only what the
+        # replay stores travels (not the factored actions).
+        ref = ray.put({k: rollout[k].numpy() for k in REPLAY_KEYS})
     return ref, runner.get_metrics()
 
 
@@ -163,11 +180,19 @@ class ZeroSyncDQN(DQN):
             ddp = dist.is_available() and dist.is_initialized()
             rank, world = (dist.get_rank(), dist.get_world_size()) if ddp else (0, 1)
             # Round-robin shards; with fewer rollouts than learners every learner gets all.
+            fetch = add = 0.0
             for i, rollout in enumerate(_rollouts):
                 if len(_rollouts) < world or i % world == rank:
-                    learner.replay.add(_as_rollout(rollout))
+                    t0 = time.perf_counter()
+                    cols = _as_rollout(rollout)
+                    t1 = time.perf_counter()
+                    learner.replay.add(cols)
+                    fetch, add = fetch + t1 - t0, add + time.perf_counter() - t1
+            return fetch, add
 
-        _values(self.learner_group.foreach_learner(add_shard))
+        times = _values(self.learner_group.foreach_learner(add_shard))
+        self.metrics.log_value((PHASE_TIMES, ROLLOUT_FETCH_TIMER), max(t[0] for t in times), window=1)
+        self.metrics.log_value((PHASE_TIMES, REPLAY_ADD_TIMER), max(t[1] for t in times), window=1)
 
     def _train(self, num_updates: int) -> list[dict]:
         def train_and_read(learner, _k=num_updates):
@@ -192,28 +217,34 @@ class ZeroSyncDQN(DQN):
         )
 
     # ---------------------------------------------------------------- step
+    @contextlib.contextmanager
+    def _phase(self, name: str, timer: str):
+        """RLlib's (smoothed) timer plus this iteration's own seconds under ``phase_s/<name>``."""
+        t0 = time.perf_counter()
+        with self.metrics.log_time((TIMERS, timer)):
+            yield
+        self.metrics.log_value((PHASE_TIMES, name), time.perf_counter() - t0, window=1)
+
     @override(DQN)
     def training_step(self) -> None:
-        with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
+        with self._phase("sample", ENV_RUNNER_SAMPLING_TIMER):
             rollouts, runner_metrics = self._sample()
         self.metrics.aggregate(runner_metrics, key=ENV_RUNNER_RESULTS)
 
-        with self.metrics.log_time((TIMERS, REPLAY_BUFFER_ADD_DATA_TIMER)):
+        with self._phase("add", REPLAY_BUFFER_ADD_DATA_TIMER):
             self._add_to_replay(rollouts)
 
         sampled = sum(int(m.get(NUM_ENV_STEPS_SAMPLED, 0)) for m in runner_metrics)
         lifetime = self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)
-        if lifetime < self.config.num_steps_sampled_before_learning_starts:
-            return
+        if lifetime < self.config.num_steps_sampled_before_learning_starts or sampled == 0:
+            return  # (sampled == 0: every runner failed this iteration; RLlib restarts them)
 
         learners = max(1, int(self.config.num_learners))
         k = updates_for(sampled, self.config.replay_ratio, self.config.train_batch_size_per_learner * learners)
-        with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
+        with self._phase("train", LEARNER_UPDATE_TIMER):
             learner_results = self._train(k)
         self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
         self.metrics.log_value(NUM_UPDATES_PER_ITERATION, k, window=1)
 
-        with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
+        with self._phase("sync_weights", SYNCH_WORKER_WEIGHTS_TIMER):
             self._sync_weights()
-
-

@@ -57,6 +57,11 @@ from rl_zerosync.env_runner.weights import copy_weights_in_place
 from rl_zerosync.envs import BatchedTradingEnv, EnvParams, FeatureConfig, make_market, summarize_metrics
 from rl_zerosync.kernels import get_kernels
 
+ROLLOUT_ENQUEUE_TIMER = "rollout_enqueue_timer"
+"""Host seconds to enqueue the T steps (graph replay or eager launches); last rollout."""
+ROLLOUT_READBACK_TIMER = "rollout_readback_timer"
+"""Host seconds from the enqueue to the host copy landing (device rollout + copy); last rollout."""
+
 DEFAULT_EPSILON = [(0, 1.0), (10000, 0.05)]
 """``DQNConfig.epsilon``'s default, for configs without an ``epsilon`` field."""
 TRADING_METRICS = "trading"
@@ -228,9 +233,11 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
             self.make_env()
         ro = self._rollout
         with self.metrics.log_time(SAMPLE_TIMER):
-            ro.run(env_steps=self.num_env_steps_sampled_lifetime, rng_step=self._rng_step, mode=mode,
-                   graph=self.settings.graph)
-            host = ro.read_back(leading_only=device_output)
+            with self.metrics.log_time(ROLLOUT_ENQUEUE_TIMER, reduce="mean", window=1):
+                ro.run(env_steps=self.num_env_steps_sampled_lifetime, rng_step=self._rng_step, mode=mode,
+                       graph=self.settings.graph)
+            with self.metrics.log_time(ROLLOUT_READBACK_TIMER, reduce="mean", window=1):  # waits for the rollout on the device
+                host = ro.read_back(leading_only=device_output)
             self._rng_step += self.num_steps
             side = ro.views if device_output else host
             self.last_extras = {k: side[k] for k in ROUTING_KEYS + ("epsilon",)}

@@ -126,7 +126,8 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
     def _make_modules_ddp_if_necessary(self) -> None:
         # A graph captures DDP's all-reduce only if DDP was built on the capture stream (its
         # autograd hooks remember that stream): build the wrapper there and capture there.
-        if self._device.type != "cuda":
+        if self._device.type != "cuda" or not self.settings.graph:
+            # Eager updates run on the current stream: DDP is built there too.
             super()._make_modules_ddp_if_necessary()
             return
         self._capture_stream = torch.cuda.Stream(device=self._device)
