@@ -34,7 +34,6 @@ import datetime
 import json
 import statistics
 import time
-import warnings
 from pathlib import Path
 
 import ray
