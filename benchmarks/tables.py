@@ -83,12 +83,38 @@ def e2e(r) -> str:
     return "\n".join(out)
 
 
+def scaling(r) -> str:
+    gpu = r.get("hardware", {}).get("gpu", "?")
+    out = [_head(r).replace(gpu, f"{r.get('gpu_count', '?')} × {gpu}", 1),
+           "**Learner alone** (per-learner batch {b}, 2×256 MLP; slowest rank):\n".format(
+               b=r["config"]["batch"]),
+           "| variant | GPUs | µs/update | trained transitions/s | syncs/update |", "| --- | ---: | ---: | ---: | ---: |"]
+    for x in r["learner"]:
+        out.append(f"| {x['variant']} | {x['gpus']} | {x['us_per_update']:.0f} | {x['trained_per_s']:,.0f} "
+                   f"| {x['syncs_per_update']:.0f} |")
+    c = r["config"]
+    out += ["", f"**End to end** (per GPU: 1 GPU env runner × {c['envs']:,} envs × T={c['rollout']} + 1 learner, "
+            f"replay ratio {c['replay_ratio']}; median seconds per iteration phase):\n",
+            "| GPUs | env steps/s | updates/s | trained transitions/s | sample | add | train | sync weights | placement (runners / learners) |",
+            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for x in r["e2e"]:
+        ph = x["phase_median_s"]
+        place = f"{x['placement']['runners']} / {x['placement']['learners']}".replace("'", "")
+        out.append(f"| {x['gpus']} | {x['env_steps_per_s']:,.0f} | {x['updates_per_s']:,.0f} | {x['trained_per_s']:,.0f} "
+                   f"| {ph['sample']:.3f} | {ph['add']:.3f} | {ph['train']:.3f} | {ph['sync_weights']:.3f} | {place} |")
+    sm = r["summary"]
+    out += ["", f"Scaling efficiency, 2 GPUs: end to end **{sm['scaling_efficiency_2gpu']:.2f}**, learner alone "
+            f"{sm['learner_scaling_efficiency_2gpu']:.2f} (stock RLlib learner {sm['stock_learner_scaling_efficiency_2gpu']:.2f}); "
+            f"our DDP update is {sm['ddp_update_speedup_vs_stock']:.1f}× stock's DDP update."]
+    return "\n".join(out)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--dir", default="benchmarks/results")
     d = Path(p.parse_args().dir)
     for name, fn in (("learner", learner), ("env_runner", env_runner), ("e2e", e2e),
-                     ("kernels", kernels), ("env", env)):
+                     ("kernels", kernels), ("env", env), ("scaling", scaling)):
         r = _load(d, name)
         if r is not None:
             print(f"### {name}\n\n{fn(r)}\n")

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCHMARKS = ("kernels", "env", "learner", "env_runner")
+BENCHMARKS = ("kernels", "env", "learner", "env_runner", "e2e", "scaling")
 
 
 def _parser() -> argparse.ArgumentParser:
