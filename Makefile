@@ -12,7 +12,7 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
-.PHONY: setup train test test-gpu bench clean
+.PHONY: setup train test test-gpu test-multigpu bench clean
 setup: $(BIN)/.installed
 
 train: setup
@@ -23,6 +23,9 @@ test: setup
 
 test-gpu: setup
 	$(BIN)/python -m pytest -q -m gpu
+
+test-multigpu: setup
+	$(BIN)/python -m pytest -q -m multigpu
 
 bench: setup
 	$(BIN)/rl-zerosync bench

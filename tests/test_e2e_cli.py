@@ -120,6 +120,16 @@ def test_remote_env_runners_and_ddp_learners(tmp_path):
     assert rows[-1]["env_runners/num_env_steps_sampled_lifetime"] == 3 * 2 * 16 * 32
     assert rows[-1]["learners/default_policy/zerosync/updates_lifetime"] > 0
     assert rows[-1]["learners/default_policy/zerosync/skipped"] == 0
+    # replay_ratio counts the transitions of both learners: K = ratio * steps / (batch * 2).
+    from rl_zerosync.algorithm import updates_for
+    from rl_zerosync.settings import load
+
+    algo = load(SMOKE).algo
+    assert rows[-1]["num_updates_per_iteration"] == updates_for(2 * 16 * 32, algo.replay_ratio, algo.batch_size * 2)
+    # The rollouts travelled runner -> object store -> learner; the phases are reported per iteration.
+    for phase in ("sample", "add", "train", "sync_weights", "rollout_fetch_timer", "replay_add_timer"):
+        assert rows[-1][f"phase_s/{phase}"] >= 0.0
+    assert rows[-1]["env_runners/rollout_put_timer"] > 0.0
 
 
 def _free_port() -> int:
