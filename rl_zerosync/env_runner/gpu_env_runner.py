@@ -236,7 +236,8 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
             with self.metrics.log_time(ROLLOUT_ENQUEUE_TIMER, reduce="mean", window=1):
                 ro.run(env_steps=self.num_env_steps_sampled_lifetime, rng_step=self._rng_step, mode=mode,
                        graph=self.settings.graph)
-            with self.metrics.log_time(ROLLOUT_READBACK_TIMER, reduce="mean", window=1):  # waits for the rollout on the device
+            # The readback waits for the rollout on the device, then for the copy.
+            with self.metrics.log_time(ROLLOUT_READBACK_TIMER, reduce="mean", window=1):
                 host = ro.read_back(leading_only=device_output)
             self._rng_step += self.num_steps
             side = ro.views if device_output else host
