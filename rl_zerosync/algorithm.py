@@ -43,6 +43,8 @@ from ray.rllib.utils.metrics import (
 from rl_zerosync.learner.replay import ROLLOUT_KEYS as REPLAY_KEYS
 
 NUM_UPDATES_PER_ITERATION = "num_updates_per_iteration"
+REPLAY_SHARDS = "zerosync_replay_shards"
+"""Algorithm state key: every DDP learner's replay state, in rank order."""
 PHASE_TIMES = "phase_s"
 """Result key: this iteration's seconds per phase (sample, add, train, sync_weights, and the
 learners' slowest rollout fetch / replay add); RLlib's ``timers`` are smoothed over iterations."""
@@ -215,6 +217,39 @@ class ZeroSyncDQN(DQN):
             from_worker_or_learner_group=self.learner_group,
             inference_only=True,
         )
+
+    # ---------------------------------------------------------------- checkpoints
+    def _ddp_learners(self) -> int:
+        """Number of remote DDP learners (0 when the learner is local or alone)."""
+        n = len(self.learner_group) if self.learner_group is not None else 0
+        return n if n > 1 else 0
+
+    @override(DQN)
+    def get_state(self, components=None, *, not_components=None, **kwargs):
+        state = super().get_state(components, not_components=not_components, **kwargs)
+        # RLlib checkpoints the first learner only; with DDP every learner's replay shard is saved
+        # here, in rank order (the learners leave theirs out of their own state).
+        if self._ddp_learners() and self._check_component(REPLAY_SHARDS, components, not_components):
+            def shard(learner):
+                return torch.distributed.get_rank(), learner.replay.state_dict()
+
+            state[REPLAY_SHARDS] = [s for _, s in sorted(_values(self.learner_group.foreach_learner(shard)),
+                                                         key=lambda rank_state: rank_state[0])]
+        return state
+
+    @override(DQN)
+    def set_state(self, state) -> None:
+        super().set_state(state)
+        shards = state.get(REPLAY_SHARDS)
+        if shards and self._ddp_learners():
+            # Rank r loads shard r (r modulo the number saved, if the learner count changed).
+            refs = [ray.put(s) for s in shards]
+
+            def load(learner, _refs=refs):
+                rank = torch.distributed.get_rank()
+                learner.replay.load_state_dict(ray.get(_refs[rank % len(_refs)]))
+
+            _values(self.learner_group.foreach_learner(load))
 
     # ---------------------------------------------------------------- step
     @contextlib.contextmanager

@@ -265,7 +265,6 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
         if self._check_component(COMPONENT_ZEROSYNC, components, not_components):
             g = self.guard
             state[COMPONENT_ZEROSYNC] = {
-                "replay": self.replay.state_dict(),
                 "updates": self._updates,
                 "target_updates": self._target_updates,
                 # host read: checkpoint boundary
@@ -273,6 +272,10 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
                 "div_flag": int(g.div_flag.cpu()[0]),  # host read: checkpoint boundary
                 "update_index": float(g.update_index.cpu()[0]),  # host read: checkpoint boundary
             }
+            if not self.distributed:
+                # With DDP RLlib saves only the first learner's state: ZeroSyncDQN saves every
+                # rank's shard in the algorithm state instead.
+                state[COMPONENT_ZEROSYNC]["replay"] = self.replay.state_dict()
         return state
 
     @override(DQNTorchLearner)
@@ -280,7 +283,8 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
         super().set_state(state)
         zs = state.get(COMPONENT_ZEROSYNC)
         if zs is not None:
-            self.replay.load_state_dict(zs["replay"])
+            if "replay" in zs:
+                self.replay.load_state_dict(zs["replay"])
             self._updates = int(zs.get("updates", 0))
             self._target_updates = int(zs.get("target_updates", 0))
             self.guard.div_counter.fill_(int(zs.get("div_counter", 0)))
