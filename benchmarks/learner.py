@@ -126,9 +126,9 @@ def count_syncs(run_k: Callable[[], None], k: int, device: torch.device) -> Opti
     return n / k
 
 
-def bench_stock(batch: int, args, device: torch.device) -> Dict[str, float]:
-    cuda = device.type == "cuda"
-    group = make_config(batch=batch, hidden=args.hidden, cuda=cuda).build_learner_group(spaces=spaces())
+def stock_updates(update: Callable[..., object], batch: int, k: int, device: torch.device) -> Callable[[], None]:
+    """``run_k()`` calling stock ``update(batch=..., timesteps=...)`` ``k`` times on one device-resident
+    MultiAgentBatch of ``batch`` random transitions, as ``DQN.training_step`` drives it."""
     ro = random_rollout(1, batch, device)
     cols = {
         "obs": ro["obs"][0], "new_obs": ro["next_obs"][0], "actions": ro["actions"][0],
@@ -139,11 +139,18 @@ def bench_stock(batch: int, args, device: torch.device) -> Dict[str, float]:
     step = [0]
 
     def run_k() -> None:
-        for _ in range(args.k):
+        for _ in range(k):
             step[0] += batch
-            group.update(batch=mab, timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: step[0],
-                                               NUM_AGENT_STEPS_SAMPLED_LIFETIME: step[0]})
+            update(batch=mab, timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: step[0],
+                                         NUM_AGENT_STEPS_SAMPLED_LIFETIME: step[0]})
 
+    return run_k
+
+
+def bench_stock(batch: int, args, device: torch.device) -> Dict[str, float]:
+    cuda = device.type == "cuda"
+    group = make_config(batch=batch, hidden=args.hidden, cuda=cuda).build_learner_group(spaces=spaces())
+    run_k = stock_updates(group.update, batch, args.k, device)
     us = time_updates(run_k, args.k, repeats=args.repeats, warmup=1, device=device)
     syncs = count_syncs(run_k, args.k, device)
     group.shutdown()

@@ -2,7 +2,7 @@
 
 How to run (a machine with two GPUs; Ray 2.60 installed)::
 
-    python benchmarks/scaling.py            # ~3 min on two H200s
+    python benchmarks/scaling.py            # ~5 min on two H200s
     python benchmarks/scaling.py --quick    # small sizes (also runs on a CPU: gloo instead of NCCL)
 
 Two sections, each timed the same way for 1 and 2 GPUs:
@@ -39,8 +39,6 @@ from pathlib import Path
 import ray
 import ray.cloudpickle
 import torch
-from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
-from ray.rllib.utils.metrics import NUM_AGENT_STEPS_SAMPLED_LIFETIME, NUM_ENV_STEPS_SAMPLED_LIFETIME
 
 import common
 import learner as learner_bench
@@ -55,25 +53,6 @@ for _mod in (common, learner_bench):
 
 
 # ---------------------------------------------------------------- learner section (runs in actors)
-def _cuda_time_per_call(fn, repeats: int, device: torch.device) -> float:
-    """Median seconds of one ``fn()`` call (CUDA events on CUDA, wall clock on CPU)."""
-    samples = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda.synchronize(device)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end) * 1e-3)
-        else:
-            t0 = time.perf_counter()
-            fn()
-            samples.append(time.perf_counter() - t0)
-    return statistics.median(samples)
-
-
 def _rank() -> int:
     dist = torch.distributed
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
@@ -81,39 +60,23 @@ def _rank() -> int:
 
 def _ours_in_actor(learner, *, k: int, repeats: int, capacity: int) -> dict:
     dev = learner._device
-    ro = learner_bench.random_rollout(max(1, capacity // 1000), 1000, torch.device("cpu"))
-    learner.replay.add({key: v for key, v in ro.items() if key != "factored_actions"})
+    learner.replay.add(learner_bench.random_rollout(max(1, capacity // 1000), 1000, torch.device("cpu")))
     learner.train(k)  # warm-up (and graph capture: DDP needs 11 eager updates first)
     learner.collect_metrics()
-    sec = _cuda_time_per_call(lambda: learner.train(k), repeats, dev)
+    us = learner_bench.time_updates(lambda: learner.train(k), k, repeats=repeats, warmup=0, device=dev)
     syncs = learner_bench.count_syncs(lambda: learner.train(k), k, dev)
     metrics = learner.collect_metrics()
-    return {"rank": _rank(), "sec_per_update": sec / k, "syncs_per_update": syncs, "skipped": metrics["skipped"],
+    return {"rank": _rank(), "sec_per_update": us * 1e-6, "syncs_per_update": syncs, "skipped": metrics["skipped"],
             "captured": bool(learner._graphed is not None and learner._graphed.captured),
             "gpu_ids": [str(i) for i in ray.get_gpu_ids()]}
 
 
 def _stock_in_actor(learner, *, k: int, repeats: int, batch: int) -> dict:
     dev = learner._device
-    ro = learner_bench.random_rollout(1, batch, dev)
-    cols = {
-        "obs": ro["obs"][0], "new_obs": ro["next_obs"][0], "actions": ro["actions"][0],
-        "rewards": ro["rewards"][0], "terminateds": ro["terminateds"][0],
-        "weights": torch.ones(batch, device=dev), "n_step": torch.ones(batch, dtype=torch.int64, device=dev),
-    }
-    mab = MultiAgentBatch({learner_bench.MID: SampleBatch(cols)}, env_steps=batch)
-    step = [0]
-
-    def run_k() -> None:
-        for _ in range(k):
-            step[0] += batch
-            learner.update(batch=mab, timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: step[0],
-                                                 NUM_AGENT_STEPS_SAMPLED_LIFETIME: step[0]})
-
-    run_k()  # warm-up
-    sec = _cuda_time_per_call(run_k, repeats, dev)
+    run_k = learner_bench.stock_updates(learner.update, batch, k, dev)
+    us = learner_bench.time_updates(run_k, k, repeats=repeats, warmup=1, device=dev)
     syncs = learner_bench.count_syncs(run_k, k, dev)
-    return {"rank": _rank(), "sec_per_update": sec / k, "syncs_per_update": syncs,
+    return {"rank": _rank(), "sec_per_update": us * 1e-6, "syncs_per_update": syncs,
             "gpu_ids": [str(i) for i in ray.get_gpu_ids()]}
 
 
