@@ -1,7 +1,9 @@
 """``rl-zerosync`` (also ``python -m rl_zerosync``): train, evaluate, bench.
 
     rl-zerosync train --config configs/local.yaml [--set section.key=value ...] [--resume DIR]
-    rl-zerosync evaluate --checkpoint DIR [--data FILE] [--out DIR]
+    rl-zerosync train --config FILE --seeds 0,1,2,3,4 [--parallel N]
+    rl-zerosync evaluate --checkpoint DIR [--which best|last] [--data FILE] [--out DIR]
+    rl-zerosync evaluate --walk-forward K --config FILE [--set section.key=value ...] [--out DIR]
     rl-zerosync bench [--quick] [--out-dir DIR]
 """
 from __future__ import annotations
@@ -24,12 +26,28 @@ def _parser() -> argparse.ArgumentParser:
                    help="override a setting, e.g. --set run.iterations=5 (repeatable)")
     t.add_argument("--resume", default=None, metavar="DIR",
                    help="run or checkpoint directory to continue from")
+    t.add_argument("--seeds", default=None, metavar="S0,S1,...",
+                   help="train once per seed into <dir>/<name>/seed<k>/ and write <dir>/<name>/seeds.json")
+    t.add_argument("--parallel", type=int, default=1, metavar="N",
+                   help="with --seeds: runs at a time (several fit on one GPU)")
 
-    e = sub.add_parser("evaluate", help="greedy policy on the test segment -> metrics JSON + PNG")
-    e.add_argument("--checkpoint", required=True, metavar="DIR", help="run or checkpoint directory")
+    e = sub.add_parser("evaluate", help="greedy policy on the test segment -> metrics JSON + PNG",
+                       description="Evaluate a checkpoint (--checkpoint), or train and evaluate K "
+                                   "walk-forward folds of a config with a file data source "
+                                   "(--walk-forward K --config FILE).")
+    e.add_argument("--checkpoint", default=None, metavar="DIR", help="run or checkpoint directory")
+    e.add_argument("--which", choices=("best", "last"), default="best",
+                   help="for a run directory: the best-validation checkpoint (default) or the last")
     e.add_argument("--data", default=None, metavar="FILE",
                    help="CSV/Parquet OHLCV file to evaluate on (default: the run's test segment)")
-    e.add_argument("--out", default=None, metavar="DIR", help="output directory")
+    e.add_argument("--out", default=None, metavar="DIR",
+                   help="output directory (walk-forward: where walk_forward.json goes; default the run directory)")
+    e.add_argument("--walk-forward", type=int, default=None, metavar="K",
+                   help="K rolling train/validation/test folds in time order of --config's file data: "
+                        "retrain per fold, test metrics per fold and pooled -> walk_forward.json")
+    e.add_argument("--config", default=None, help="YAML settings file (with --walk-forward)")
+    e.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a setting of --config (repeatable; with --walk-forward)")
 
     b = sub.add_parser("bench", help="run the learner and env-runner benchmarks (and the others)")
     b.add_argument("--quick", action="store_true", help="small CPU-sized runs")
@@ -53,6 +71,30 @@ def _bench(args) -> int:
     return rc
 
 
+def _walk_forward(args) -> int:
+    from rl_zerosync.settings import SettingsError, load
+    from rl_zerosync.walkforward import WalkForwardError, walk_forward
+
+    if args.walk_forward is None or args.config is None or args.checkpoint is not None or args.data is not None:
+        print("error: walk-forward evaluation takes --walk-forward K and --config FILE (not --checkpoint "
+              "or --data: every fold trains its own model on the config's data)", file=sys.stderr)
+        return 2
+    try:
+        settings = load(args.config, args.set)
+    except SettingsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    try:
+        report = walk_forward(settings, args.walk_forward, out_dir=args.out)
+    except WalkForwardError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    for line in report["lines"]:
+        print(line, flush=True)
+    print(f"walk-forward report: {report['path']}", flush=True)
+    return 0 if report["complete"] else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "train":
@@ -64,12 +106,33 @@ def main(argv: list[str] | None = None) -> int:
         except SettingsError as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
+        if args.seeds is not None:
+            from rl_zerosync.seeds import parse_seeds, summary_line, train_seeds
+
+            if args.resume:
+                print("error: --seeds and --resume cannot be combined", file=sys.stderr)
+                return 2
+            try:
+                seeds = parse_seeds(args.seeds)
+            except ValueError as err:
+                print(f"error: {err}", file=sys.stderr)
+                return 2
+            report = train_seeds(args.config, args.set, seeds, parallel=args.parallel)
+            print(summary_line(report), flush=True)
+            print(f"seeds report: {report['path']}", flush=True)
+            return 0
         train(settings, resume=args.resume)
         return 0
+    if args.command == "evaluate" and (args.walk_forward is not None or args.config is not None):
+        return _walk_forward(args)
     if args.command == "evaluate":
+        if args.checkpoint is None or args.set:
+            print("error: evaluate needs --checkpoint DIR (or --walk-forward K --config FILE; "
+                  "--set goes with --config)", file=sys.stderr)
+            return 2
         from rl_zerosync.evaluate import evaluate_checkpoint
 
-        report = evaluate_checkpoint(args.checkpoint, data=args.data, out_dir=args.out)
+        report = evaluate_checkpoint(args.checkpoint, data=args.data, out_dir=args.out, which=args.which)
         print(report["summary_line"])
         return 0
     if args.command == "bench":

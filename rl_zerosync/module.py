@@ -16,6 +16,22 @@ column and ``Q = V + A - mean(A)``. Branching is always dueling. The whole Q net
 one sub-module ``q_net`` with one target copy ``_target_q_net``, so a target update is one foreach
 over two parameter lists.
 
+Two optional regularizers (both off by default, and then the network and its ``state_dict`` are
+exactly the plain Linear+ReLU stack, so old checkpoints load):
+
+* ``layernorm=True``: a ``LayerNorm`` (with affine weight and bias) after every hidden Linear,
+  before its ReLU. It acts the same in train and eval mode.
+* ``dropout=p`` (``0 <= p < 1``): dropout after every hidden ReLU, applied **only** in
+  ``forward_train`` to the online network's forward of the current observations, and only while
+  the module is in train mode (``self.training``; RLlib's ``TorchRLModule.forward_train`` switches
+  to train mode, ``forward_inference`` / ``forward_exploration`` to eval mode). The target
+  network, the double-Q online forward on the next observations (which only picks the ``argmax``
+  actions), the inference / exploration forwards, :meth:`ZeroSyncQModule.q_values`,
+  :meth:`ZeroSyncQModule.branch_q`, ``compute_q_values`` and ``forward_target`` are always
+  deterministic, whatever the mode. Dropout adds no sub-module: the ``state_dict`` is the same
+  with or without it. With dropout on, the double-Q forward of ``obs`` and ``next_obs`` is two
+  forwards instead of one concatenated forward.
+
 Forward outputs of ``forward_train`` (keys shared with RLlib's DQN):
 
 * routed/flat: ``QF_PREDS`` [B, A], ``QF_NEXT_PREDS`` [B, A] (when ``double_q``),
@@ -78,12 +94,20 @@ _ACTIONS_PER_MODE = {"routed": NUM_EXPOSURES, "flat": NUM_ACTIONS, "branching": 
 class QNetwork(nn.Module):
     """MLP torso + one linear head; returns Q [B, A] or concatenated per-branch Q [B, 11].
 
+    Each hidden layer is ``Linear -> [LayerNorm] -> ReLU`` in ``self.torso`` (LayerNorm only when
+    enabled, so the default ``state_dict`` keys are unchanged), followed by functional dropout.
+    Dropout adds no module, so a network with dropout has the same ``state_dict`` as one without.
+    It runs only when :meth:`forward` is called with ``dropout=True`` *and* the network is in
+    train mode; every other call is deterministic.
+
     Args:
         obs_dim: Flattened observation size.
         hidden: Hidden layer widths (Linear + ReLU each).
         num_actions: Q outputs for routed/flat.
         dueling: Add a value column and combine ``V + A - mean(A)`` (routed/flat).
         branches: Branch sizes for the BDQ head (implies dueling); ``None`` for routed/flat.
+        layernorm: LayerNorm after every hidden Linear, before the ReLU.
+        dropout: Dropout probability after every hidden ReLU (0 = off).
     """
 
     def __init__(
@@ -94,22 +118,41 @@ class QNetwork(nn.Module):
         num_actions: int,
         dueling: bool,
         branches: Optional[Sequence[int]] = None,
+        layernorm: bool = False,
+        dropout: float = 0.0,
     ) -> None:
         super().__init__()
         layers: List[nn.Module] = []
         width = obs_dim
         for h in hidden:
-            layers += [nn.Linear(width, h), nn.ReLU()]
+            layers.append(nn.Linear(width, h))
+            if layernorm:
+                layers.append(nn.LayerNorm(h))
+            layers.append(nn.ReLU())
             width = h
         self.torso = nn.Sequential(*layers)
+        self.layernorm = bool(layernorm)
+        self.dropout = float(dropout)
         self.branches = tuple(branches) if branches is not None else None
         self.dueling = bool(dueling or self.branches is not None)
         adv_width = sum(self.branches) if self.branches is not None else num_actions
         self.head = nn.Linear(width, adv_width + (1 if self.dueling else 0))
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        """Q-values [B, A]; for branching the per-branch Q concatenated along dim 1."""
-        out = self.head(self.torso(torch.flatten(obs, start_dim=1)))
+    def forward(self, obs: torch.Tensor, dropout: bool = False) -> torch.Tensor:
+        """Q-values [B, A]; for branching the per-branch Q concatenated along dim 1.
+
+        ``dropout=True`` applies dropout after every hidden ReLU if the network is in train mode
+        and ``self.dropout > 0``; by default (and always in eval mode) the forward is deterministic.
+        """
+        x = torch.flatten(obs, start_dim=1)
+        if dropout and self.training and self.dropout > 0.0:
+            for layer in self.torso:
+                x = layer(x)
+                if isinstance(layer, nn.ReLU):
+                    x = nn.functional.dropout(x, p=self.dropout, training=True)
+        else:
+            x = self.torso(x)
+        out = self.head(x)
         if not self.dueling:
             return out
         value, adv = out[:, :1], out[:, 1:]
@@ -126,7 +169,10 @@ class ZeroSyncQModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAPI
     inferred from the action space: Discrete(5) -> routed, Discrete(45) -> flat), ``hidden``
     (list of positive ints, default [256, 256]), ``dueling`` (bool, routed/flat only; branching is
     always dueling), ``double_q`` (bool, default True), ``epsilon`` (float or schedule),
-    ``num_atoms`` (must be 1 if given: distributional DQN is not supported).
+    ``num_atoms`` (must be 1 if given: distributional DQN is not supported), ``layernorm`` (bool,
+    default False: LayerNorm after every hidden Linear, before the ReLU) and ``dropout`` (float in
+    [0, 1), default 0.0: dropout after every hidden ReLU, only in the train-mode ``forward_train``
+    forward of the current observations; see the module docstring).
     """
 
     framework: str = "torch"
@@ -168,6 +214,16 @@ class ZeroSyncQModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAPI
                 f"model_config['num_atoms'] must be 1 (distributional DQN is not supported), "
                 f"got {num_atoms!r}"
             )
+        layernorm = cfg.get("layernorm", False)
+        if not isinstance(layernorm, bool):
+            raise ValueError(f"model_config['layernorm'] must be a bool (true/false), got {layernorm!r}")
+        dropout = cfg.get("dropout", 0.0)
+        if (
+            isinstance(dropout, bool)
+            or not isinstance(dropout, (int, float))
+            or not 0.0 <= float(dropout) < 1.0
+        ):
+            raise ValueError(f"model_config['dropout'] must be a float in [0, 1), got {dropout!r}")
         if self.observation_space is None or self.observation_space.shape is None:
             raise ValueError(f"observation_space must be a Box, got {self.observation_space!r}")
         obs_dim = 1
@@ -179,6 +235,8 @@ class ZeroSyncQModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAPI
         self.hidden: Tuple[int, ...] = tuple(int(h) for h in hidden)
         self.uses_dueling: bool = bool(cfg.get("dueling", False)) or mode == "branching"
         self.uses_double_q: bool = bool(cfg.get("double_q", True))
+        self.uses_layernorm: bool = layernorm
+        self.dropout: float = float(dropout)
         self.epsilon_schedule = Scheduler(
             fixed_value_or_schedule=cfg.get("epsilon", DEFAULT_EPSILON), framework="torch"
         )
@@ -188,6 +246,8 @@ class ZeroSyncQModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAPI
             num_actions=n,
             dueling=self.uses_dueling,
             branches=BRANCH_SIZES if mode == "branching" else None,
+            layernorm=self.uses_layernorm,
+            dropout=self.dropout,
         )
 
     # ---- acting helpers (called by the GPU env runner) ------------------------------------
@@ -240,7 +300,12 @@ class ZeroSyncQModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAPI
                 "forward_train needs the learner copy of ZeroSyncQModule (inference_only=False)"
             )
         obs, next_obs = batch[Columns.OBS], batch[Columns.NEXT_OBS]
-        if self.uses_double_q:
+        if self.dropout > 0.0 and self.training:
+            # Dropout only in the forward that is trained; the double-Q action pick on s' stays
+            # deterministic (a separate forward, so it gets no dropout mask).
+            q_curr = self.q_net(obs, dropout=True)
+            q_next = self.q_net(next_obs) if self.uses_double_q else None
+        elif self.uses_double_q:
             q_curr, q_next = self.q_net(torch.cat([obs, next_obs], dim=0)).chunk(2, dim=0)
         else:
             q_curr, q_next = self.q_net(obs), None
@@ -293,10 +358,10 @@ def make_module_spec(
     """RLModuleSpec of a :class:`ZeroSyncQModule` (spaces may be left to RLlib).
 
     Pass it to ``config.rl_module(rl_module_spec=...)``; extra keyword arguments (``epsilon``,
-    ``double_q``) are added to ``model_config``. Without spaces, RLlib fills both from the env and
-    the module checks that the env's action space fits the mode. With only ``observation_space``
-    (a standalone build) the action space defaults to ``Discrete(5)`` for routed and
-    ``Discrete(45)`` otherwise.
+    ``double_q``, ``layernorm``, ``dropout``) are added to ``model_config``. Without spaces, RLlib
+    fills both from the env and the module checks that the env's action space fits the mode. With
+    only ``observation_space`` (a standalone build) the action space defaults to ``Discrete(5)``
+    for routed and ``Discrete(45)`` otherwise.
     """
     if action_mode not in ACTION_MODES:
         raise ValueError(f"action_mode must be one of {ACTION_MODES}, got {action_mode!r}")

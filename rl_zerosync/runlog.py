@@ -17,6 +17,8 @@ PROGRESS_FIELDS = (
     ("upd/s", ("perf", "updates_per_s"), "{:,.0f}"),
     ("return", ("env_runners", "episode_return_mean"), "{:+.4f}"),
     ("sharpe", ("env_runners", "trading", "episode_sharpe_mean"), "{:+.2f}"),
+    ("val", ("eval", "validation_sharpe"), "{:+.2f}"),
+    ("best rule", ("eval", "validation_best_rule_sharpe"), "{:+.2f}"),
     ("skipped", ("learners", "default_policy", "zerosync", "skipped"), "{:.0f}"),
     ("eps", ("env_runners", "epsilon"), "{:.3f}"),
 )

@@ -26,6 +26,9 @@ from typing import Any
 import yaml
 
 ACTION_MODES = ("routed", "flat", "branching")
+EVAL_METRICS = ("sharpe", "sortino", "total_return", "annualized_return", "calmar")
+"""Validation metrics a run may select its best checkpoint by (higher is better)."""
+EVAL_CHECKPOINTS = ("best", "last")
 
 
 class SettingsError(ValueError):
@@ -48,6 +51,16 @@ class RunSettings:
     """Evaluate the greedy policy on the validation and test segments at the end."""
     num_cpus: int = 0
     """CPUs for a local Ray instance; 0 = let Ray decide (ignored when a cluster is running)."""
+    eval_every: int = 0
+    """Validate the greedy policy every this many iterations (and after the last one); 0 = auto,
+    ``max(1, iterations // 20)`` (about 20 validation passes per run)."""
+    eval_metric: str = "sharpe"
+    """Validation metric (mean over assets, higher is better) that selects ``checkpoint_best/``:
+    one of EVAL_METRICS."""
+    early_stop_patience: int = 0
+    """Stop after this many validation passes without a new best; 0 = never stop early."""
+    eval_checkpoint: str = "best"
+    """Checkpoint the end-of-run test evaluates: "best" (by validation) or "last"."""
 
 
 @dataclass
@@ -87,6 +100,8 @@ class AlgoSettings:
     """GPUs per learner; -1 = 1 if CUDA is available, else 0. Fractions let a runner share it."""
     num_gpus_per_env_runner: float = -1
     """GPUs per remote env runner; -1 = 1 if CUDA is available, else 0."""
+    weight_decay: float = 0.0
+    """Decoupled weight decay (fused AdamW); 0 = plain Adam behaviour."""
 
 
 @dataclass
@@ -97,6 +112,10 @@ class ModelSettings:
     """Hidden layer sizes of the Q network."""
     dueling: bool = False
     """Dueling head (routed/flat)."""
+    layernorm: bool = False
+    """LayerNorm after every hidden Linear (before the ReLU)."""
+    dropout: float = 0.0
+    """Dropout probability after every hidden ReLU (training forward only; 0 = off)."""
 
 
 @dataclass
@@ -114,6 +133,11 @@ class Settings:
     @property
     def run_dir(self) -> Path:
         return Path(self.run.dir) / self.run.name
+
+    @property
+    def eval_every(self) -> int:
+        """Iterations between validation passes (``run.eval_every``, 0 = auto)."""
+        return self.run.eval_every or max(1, self.run.iterations // 20)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -154,6 +178,21 @@ def _build_section(cls: type, values: dict, where: str) -> Any:
 
 def _validate(s: Settings) -> None:
     src = s.source
+    if s.run.eval_metric not in EVAL_METRICS:
+        raise SettingsError(f"{src}: run.eval_metric: got {s.run.eval_metric!r}; allowed: {', '.join(EVAL_METRICS)}")
+    if s.run.eval_checkpoint not in EVAL_CHECKPOINTS:
+        raise SettingsError(
+            f"{src}: run.eval_checkpoint: got {s.run.eval_checkpoint!r}; allowed: {', '.join(EVAL_CHECKPOINTS)}"
+        )
+    if not 0.0 <= s.model.dropout < 1.0:
+        raise SettingsError(f"{src}: model.dropout: must be in [0, 1), got {s.model.dropout}")
+    if s.algo.weight_decay < 0.0:
+        raise SettingsError(f"{src}: algo.weight_decay: must be >= 0, got {s.algo.weight_decay}")
+    if "weight_decay" in s.learner and s.algo.weight_decay and s.learner["weight_decay"] != s.algo.weight_decay:
+        raise SettingsError(
+            f"{src}: learner.weight_decay: conflicts with algo.weight_decay ({s.learner['weight_decay']!r} "
+            f"vs {s.algo.weight_decay!r}); set only algo.weight_decay"
+        )
     if s.model.action_mode not in ACTION_MODES:
         raise SettingsError(
             f"{src}: model.action_mode: got {s.model.action_mode!r}; allowed: {', '.join(ACTION_MODES)}"
@@ -172,7 +211,8 @@ def _validate(s: Settings) -> None:
     non_negative = {
         "run.checkpoint_every": s.run.checkpoint_every, "algo.learning_starts": s.algo.learning_starts,
         "algo.num_env_runners": s.algo.num_env_runners, "algo.num_learners": s.algo.num_learners,
-        "run.num_cpus": s.run.num_cpus,
+        "run.num_cpus": s.run.num_cpus, "run.eval_every": s.run.eval_every,
+        "run.early_stop_patience": s.run.early_stop_patience,
     }
     for key, value in non_negative.items():
         if value < 0:
@@ -310,6 +350,8 @@ def to_rllib_config(s: Settings):
     a = s.algo
     learner_cfg = dict(s.learner)
     learner_cfg.setdefault("seed", s.run.seed)
+    if a.weight_decay or "weight_decay" not in learner_cfg:
+        learner_cfg["weight_decay"] = a.weight_decay  # DQNConfig has no field: the zerosync dict
     runner_cfg = dict(s.runner)
     runner_cfg.setdefault("seed", s.run.seed)
     gpus_learner = _gpus(a.num_gpus_per_learner)
@@ -349,7 +391,8 @@ def to_rllib_config(s: Settings):
         )
         .rl_module(
             model_config={"action_mode": s.model.action_mode, "hidden": list(s.model.hidden),
-                          "dueling": s.model.dueling},
+                          "dueling": s.model.dueling, "layernorm": s.model.layernorm,
+                          "dropout": s.model.dropout},
         )
         .debugging(seed=s.run.seed)
         .reporting(min_sample_timesteps_per_iteration=0, min_time_s_per_iteration=0)

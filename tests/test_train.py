@@ -16,3 +16,15 @@ def test_find_checkpoint_falls_back_to_the_previous_complete_one(tmp_path):
     assert find_checkpoint(tmp_path) == tmp_path / "checkpoint"
     with pytest.raises(FileNotFoundError, match="no checkpoint found"):
         find_checkpoint(tmp_path / "nothing")
+
+
+def test_find_checkpoint_prefers_best_when_asked(tmp_path):
+    from rl_zerosync.train import find_checkpoint
+
+    for name in ("checkpoint", "checkpoint_best"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "rllib_checkpoint.json").write_text("{}")
+    assert find_checkpoint(tmp_path) == tmp_path / "checkpoint"  # resume takes the last
+    assert find_checkpoint(tmp_path, "best") == tmp_path / "checkpoint_best"
+    with pytest.raises(ValueError, match="best"):
+        find_checkpoint(tmp_path, "first")

@@ -55,6 +55,7 @@ from rl_zerosync.env_runner.rollout import EXPLORE, GREEDY, RANDOM, ROLLOUT_KEYS
 from rl_zerosync.env_runner.settings import RunnerSettings, action_mode_from_model_config
 from rl_zerosync.env_runner.weights import copy_weights_in_place
 from rl_zerosync.envs import BatchedTradingEnv, EnvParams, FeatureConfig, make_market, summarize_metrics
+from rl_zerosync.envs.fresh import FreshSeries, regenerate_every
 from rl_zerosync.kernels import get_kernels
 
 ROLLOUT_ENQUEUE_TIMER = "rollout_enqueue_timer"
@@ -139,6 +140,9 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
         self._action_space = gym.spaces.Discrete(NUM_EXPOSURES if self.action_mode == "routed" else NUM_ACTIONS)
         self._weights_seq_no = 0
         self._rng_step = 0
+        self._rollouts = 0
+        self._regenerate_every = 0
+        self._fresh: Optional[FreshSeries] = None
         self.env: Optional[BatchedTradingEnv] = None
         self._rollout: Optional[DeviceRollout] = None
         self._episodes: Optional[EpisodeBuilder] = None
@@ -158,9 +162,20 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
     @override(EnvRunner)
     def make_env(self) -> None:
         env_config = self.config.env_config or {}
-        data = make_market(env_config.get("data"), split=env_config.get("split", "train"))
+        data_cfg = env_config.get("data")
+        self._regenerate_every = regenerate_every(data_cfg)
+        if self._regenerate_every:
+            # Fresh series every N rollouts; validation/test stay the held-out series data.seed.
+            self._fresh = FreshSeries(data_cfg, self.seed, self.worker_index)
+            data = self._fresh.first()
+        else:
+            data = make_market(data_cfg, split=env_config.get("split", "train"))
         offset = max(self.worker_index - 1, 0) * self.num_envs
-        self.env = BatchedTradingEnv(data, self.env_params, self.num_envs, self.device, env_id_offset=offset)
+        # The run's seed reaches the env (episode assets and start bars, stochastic fills) unless
+        # the env section sets its own.
+        env_seed = None if "seed" in (env_config.get("env") or {}) else self.seed
+        self.env = BatchedTradingEnv(data, self.env_params, self.num_envs, self.device, seed=env_seed,
+                                     env_id_offset=offset)
         s = self.settings
         self._rollout = DeviceRollout(
             env=self.env,
@@ -232,6 +247,11 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
         if self._rollout is None:
             self.make_env()
         ro = self._rollout
+        if self._fresh is not None and self._rollouts and self._rollouts % self._regenerate_every == 0:
+            # Running episodes carry on over the new series (same shapes, same bars indices).
+            generation = self._fresh.advance(self.env.data)
+            self.metrics.log_value("data_generation", generation, window=1)
+        self._rollouts += 1
         with self.metrics.log_time(SAMPLE_TIMER):
             with self.metrics.log_time(ROLLOUT_ENQUEUE_TIMER, reduce="mean", window=1):
                 ro.run(env_steps=self.num_env_steps_sampled_lifetime, rng_step=self._rng_step, mode=mode,
@@ -374,3 +394,6 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
     def stop(self) -> None:
         self._rollout = None
         self.env = None
+        if self._fresh is not None:
+            self._fresh.close()
+            self._fresh = None

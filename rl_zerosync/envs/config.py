@@ -4,12 +4,22 @@ Keys of ``data_cfg`` (all optional except where noted):
 
 * ``source``: ``"synthetic"`` (default), ``"csv"`` or ``"parquet"``.
 * synthetic: ``num_assets`` (4), ``num_bars`` (20000), ``seed`` (0), ``synthetic`` (dict of model
-  keywords of :func:`~rl_zerosync.envs.synthetic.synthetic_series`).
+  keywords of :func:`~rl_zerosync.envs.synthetic.synthetic_series`), ``regenerate_every`` (0: train
+  on the ``train`` segment of series ``seed``; N > 0: every env runner trains on fresh series of
+  ``num_bars`` bars drawn from new generator seeds every N rollouts, never ``seed``, while the
+  validation and test segments stay those of series ``seed``; see :func:`training_seed`).
 * files: ``paths`` (required; a path or a list), ``columns`` (mapping ``timestamp|open|high|low|close|
   bid|ask`` -> column name), ``asset_column``, ``names``, ``spread_source``, ``spread_bps``,
   ``cs_window``, ``min_spread_bps``, ``timestamp_format``, ``dayfirst`` (see
   :func:`~rl_zerosync.envs.loaders.load_market`).
 * ``split``: fractions ``{"train": 0.7, "validation": 0.15, "test": 0.15}`` (or a 3-list).
+* ``window``: ``[lo, hi]`` with ``0 <= lo < hi <= 1`` (default the whole series): use only bars
+  ``[floor(lo * n), floor(hi * n))`` of each asset of ``n`` bars, applied before ``split`` (the
+  fractions of ``split`` are of the window's bars; :meth:`MarketData.split` gives the exact bar
+  bounds). Features are still computed on the whole series at load (causal: nothing after a bar
+  enters its features) and, as for a split segment, ``features.warmup`` bars of history before the
+  window are kept for the features and the observation window only. ``rl-zerosync evaluate
+  --walk-forward K`` (:mod:`rl_zerosync.walkforward`) sets it per fold.
 * ``features``: :class:`~rl_zerosync.envs.market.FeatureConfig` keywords.
 * ``periods_per_year`` (252), ``device`` ("cpu").
 
@@ -19,11 +29,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from rl_zerosync.envs.market import SPLITS, FeatureConfig, MarketData, check_fractions
+from rl_zerosync.envs.market import SPLITS, FeatureConfig, MarketData, check_fractions, check_window
 
 SOURCES = ("synthetic", "csv", "parquet")
-_COMMON = ("source", "split", "features", "periods_per_year", "device")
-_SYNTHETIC = ("num_assets", "num_bars", "seed", "synthetic")
+_COMMON = ("source", "split", "window", "features", "periods_per_year", "device")
+_SYNTHETIC = ("num_assets", "num_bars", "seed", "synthetic", "regenerate_every")
 _FILES = ("paths", "columns", "asset_column", "names", "spread_source", "spread_bps", "cs_window",
           "min_spread_bps", "timestamp_format", "dayfirst")
 DEFAULT_SPLIT = {"train": 0.7, "validation": 0.15, "test": 0.15}
@@ -52,6 +62,11 @@ def check_data_keys(data_cfg: Mapping[str, Any] | None) -> str:
     unknown = sorted(set(cfg) - set(allowed))
     if unknown:
         raise ValueError(f"data: unknown key(s) {unknown} for source {source!r}; allowed keys are {list(allowed)}")
+    if cfg.get("window") is not None:
+        check_window(cfg["window"])
+    from rl_zerosync.envs.fresh import regenerate_every
+
+    regenerate_every(cfg)
     return source
 
 
@@ -62,6 +77,7 @@ def make_market(data_cfg: Mapping[str, Any] | None, split: str = "train") -> Mar
     if split not in SPLITS + ("all",):
         raise ValueError(f"split: expected one of {SPLITS + ('all',)}, got {split!r}")
     fractions = split_fractions(cfg.get("split", DEFAULT_SPLIT))
+    window = check_window(cfg["window"]) if cfg.get("window") is not None else None
     features = FeatureConfig.from_dict(cfg.get("features"))
     ppy = cfg.get("periods_per_year", 252.0)
     if isinstance(ppy, bool) or not isinstance(ppy, (int, float)):
@@ -88,4 +104,6 @@ def make_market(data_cfg: Mapping[str, Any] | None, split: str = "train") -> Mar
         kwargs = {k: cfg[k] for k in _FILES if k in cfg and k != "paths"}
         market = load_market(cfg["paths"], fmt=source, features=features, periods_per_year=float(ppy),
                              device=device, **kwargs)
-    return market if split == "all" else market.split(split, fractions)
+    if split == "all":
+        return market if window is None else market.window(*window)
+    return market.split(split, fractions, window=window)

@@ -127,16 +127,52 @@ class MarketData:
         moved["length"] = self.length.to(device)
         return replace(self, **moved)
 
-    def split(self, name: str, fractions: Sequence[float] = (0.7, 0.15, 0.15)) -> "MarketData":
+    def split(self, name: str, fractions: Sequence[float] = (0.7, 0.15, 0.15),
+              window: Sequence[float] | None = None) -> "MarketData":
         """Time segment ``name`` of every asset (fractions of each asset's bars, in time order).
 
         A segment keeps ``warmup`` bars of history before its first bar (features and the
         observation window only); its tradable bars start at ``valid_start``.
+
+        ``window=(lo, hi)`` (see :meth:`window`) splits only bars ``[lo * n, hi * n)`` of an asset of
+        ``n`` bars: the segment bounds are the points ``lo``, ``lo + train * w``, ``hi - test * w``
+        and ``hi`` (``w = hi - lo``), each taken as bar ``floor(n * point)`` of the full series, so
+        windows that share a point share that bar boundary exactly (walk-forward folds). ``None``
+        or ``(0, 1)``: the plain split, bounds ``0, int(n * train), int(n * (train + validation)), n``.
         """
         if name not in SPLITS:
             raise ValueError(f"split: expected one of {SPLITS}, got {name!r}")
         fr = check_fractions(fractions)
+        win = None if window is None else check_window(window)
         k = SPLITS.index(name)
+        bounds = []
+        for n in self.length.cpu().tolist():  # host read: load-time slicing
+            if win is None or win == (0.0, 1.0):
+                cuts = [0, int(n * fr[0]), int(n * (fr[0] + fr[1])), n]
+            else:
+                lo, hi = win
+                w = hi - lo
+                cuts = [_bar(n, p) for p in (lo, lo + fr[0] * w, hi - fr[2] * w, hi)]
+            bounds.append((cuts[k], cuts[k + 1]))
+        where = f"split {name!r}" + ("" if win is None else f" of data.window {list(win)}")
+        return self._segment(bounds, name, where)
+
+    def window(self, lo: float, hi: float) -> "MarketData":
+        """Bars ``[floor(lo * n), floor(hi * n))`` of every asset of ``n`` bars (``0 <= lo < hi <= 1``).
+
+        Like a :meth:`split` segment it keeps ``warmup`` bars of history before its first bar
+        (features were computed on the full series and are causal, so nothing after ``hi`` enters),
+        its tradable bars start at ``valid_start`` and ``offsets`` give its bars in the full series;
+        the first window of a series (``lo = 0``) starts trading after the series' own warmup.
+        To split a window into train/validation/test use ``split(name, fractions, window=(lo, hi))``
+        (fractions of the window's bars, not of the returned rows, which include the history).
+        """
+        lo, hi = check_window((lo, hi))
+        bounds = [(_bar(n, lo), _bar(n, hi)) for n in self.length.cpu().tolist()]  # host read: load time
+        return self._segment(bounds, self.segment, f"data.window {[lo, hi]}")
+
+    def _segment(self, bounds: Sequence[tuple[int, int]], segment: str, where: str) -> "MarketData":
+        """Bars ``[lo, hi)`` of each asset (``bounds[a]``) plus ``warmup`` bars of history before them."""
         lengths = self.length.cpu().tolist()  # host read: load-time slicing
         starts = self.valid_start.cpu().tolist()  # host read: load-time slicing
         rows: dict[str, list[np.ndarray]] = {f: [] for f in TENSOR_FIELDS}
@@ -144,13 +180,12 @@ class MarketData:
         host = {f: getattr(self, f).cpu().numpy() for f in TENSOR_FIELDS}  # host read: load time
         base_offsets = self.offsets or (0,) * self.num_assets
         for a, n in enumerate(lengths):
-            bounds = [0, int(n * fr[0]), int(n * (fr[0] + fr[1])), n]
-            lo, hi = bounds[k], bounds[k + 1]
+            lo, hi = bounds[a]
             first = max(lo, starts[a])
             cut = max(0, first - self.warmup)
             if hi - first < 2:
                 raise ValueError(
-                    f"split {name!r}: asset {self.asset_names[a]!r} has {max(hi - first, 0)} tradable "
+                    f"{where}: asset {self.asset_names[a]!r} has {max(hi - first, 0)} tradable "
                     f"bars in this segment (of {n}); expected at least 2: use more data or other fractions"
                 )
             for f in TENSOR_FIELDS:
@@ -169,8 +204,27 @@ class MarketData:
             length=torch.tensor(new_len, dtype=torch.int64, device=self.device),
             timestamps=tuple(stamps) if self.timestamps is not None else None,
             offsets=tuple(offs),
-            segment=name,
+            segment=segment,
         )
+
+
+def _bar(n: int, point: float) -> int:
+    """Bar ``floor(n * point)`` of a series of ``n`` bars; a product within 1e-6 below an integer
+    counts as that integer, so two float roundings of the same point give the same bar."""
+    return min(n, max(0, int(math.floor(n * point + 1e-6))))
+
+
+def check_window(window: Any) -> tuple[float, float]:
+    """Validate ``data.window``: ``[lo, hi]``, fractions of each asset's bars with ``0 <= lo < hi <= 1``."""
+    expected = "expected [lo, hi], fractions of each asset's bars with 0 <= lo < hi <= 1"
+    if isinstance(window, (str, bytes, Mapping)) or not isinstance(window, Sequence) or len(window) != 2:
+        raise ValueError(f"data.window: {expected}, got {window!r}")
+    if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) for v in window):
+        raise ValueError(f"data.window: {expected}, got {window!r}")
+    lo, hi = float(window[0]), float(window[1])
+    if not 0.0 <= lo < hi <= 1.0:
+        raise ValueError(f"data.window: {expected}, got {list(window)!r}")
+    return lo, hi
 
 
 def check_fractions(fractions: Sequence[float]) -> tuple[float, float, float]:

@@ -18,7 +18,8 @@ Two ways to drive it:
   (eager); it logs ``td_error`` for DQN's priority update and reads the guard back once per
   ``update()`` call (the stock loop's per-iteration boundary).
 
-Differences from stock DQNTorchLearner: fused Adam with a float lr (schedules rejected); the global
+Differences from stock DQNTorchLearner: fused Adam with a float lr (schedules rejected; fused AdamW
+when the zerosync ``weight_decay`` setting is > 0); the global
 norm clip also runs when the loss was clipped (the clipped loss drives the gradient); a
 non-finite step is skipped instead of stepping with zeroed gradients; no per-update metrics
 (``qf_loss``, ``qf_mean``, ...) but the per-iteration guard metrics of
@@ -99,10 +100,13 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
         self._optimizer = self.get_optimizer(self._mid)
         self._optimizer.found_inf = self.guard.found_inf.reshape(())  # fused Adam wants a 0-d view
         self._params: List[torch.nn.Parameter] = list(self._optimizer.param_groups[0]["params"])
+        # DDP: each rank samples its own indices (seed + rank), not the same ones as every other rank.
+        dist = torch.distributed
+        rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
         self.replay = DeviceReplayBuffer(
             capacity=s.replay_capacity, obs_shape=inner.observation_space.shape, device=self._device,
             gamma=s.gamma, n_step=s.n_step, prioritized=s.prioritized, alpha=s.alpha, beta=s.beta,
-            priority_eps=s.priority_eps, seed=s.seed,
+            priority_eps=s.priority_eps, seed=(s.seed + rank) % 2**64,
         )
         self._targets = TargetUpdater(pairs=inner.get_target_network_pairs(), tau=s.tau)
         self._sample: Optional[ReplaySample] = None
@@ -140,8 +144,16 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
     @override(DQNTorchLearner)
     def configure_optimizers_for_module(self, module_id: ModuleID, config: Any = None) -> None:
         params = self.get_parameters(self._module[module_id])
-        optimizer = torch.optim.Adam(params, lr=float(self.settings.lr), fused=True)
+        lr, wd = float(self.settings.lr), float(self.settings.weight_decay)
+        if wd > 0.0:
+            # Decoupled decay (p *= 1 - lr * wd) inside the same fused kernel, on every parameter
+            # (one param group): a found_inf step skips the decay too, nothing moves.
+            optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=wd, fused=True)
+        else:
+            # wd == 0: exactly the optimizer of a run without the knob (bit-identical default).
+            optimizer = torch.optim.Adam(params, lr=lr, fused=True)
         # lr is a float the optimizer owns: no RLlib Scheduler (its tensor lr would sync).
+        # build() wires the guard's found_inf into it (fused Adam and AdamW both honour it).
         self.register_optimizer(module_id=module_id, optimizer=optimizer, params=params)
 
     def _before_capture(self) -> None:

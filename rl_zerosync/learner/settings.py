@@ -2,7 +2,9 @@
 
 Two sources, one object (:meth:`LearnerSettings.from_config`):
 
-* ``config.learner_config_dict["zerosync"]`` (a dict): replay, guard, graph and policy fields.
+* ``config.learner_config_dict["zerosync"]`` (a dict): replay, guard, graph and policy fields, and
+  ``weight_decay`` (DQNConfig has no weight-decay field; ``algo.weight_decay`` of a settings file
+  lands here).
 * The DQNConfig itself: ``gamma``, ``n_step``, ``lr``, ``grad_clip`` (+ ``grad_clip_by``),
   ``target_network_update_freq``, ``tau``, ``double_q``, ``train_batch_size_per_learner`` and
   ``td_error_loss_fn`` (the default of ``loss``). These may not be repeated in the zerosync dict.
@@ -72,6 +74,9 @@ class LearnerSettings:
     """Gradient collapse past the warmup: "warn" (log) or "halt" at the next boundary."""
     divergence_policy: str = "halt"
     """Q divergence past the patience: "halt" at the next boundary or "warn"."""
+    weight_decay: float = 0.0
+    """Decoupled weight decay of the optimizer: > 0 = fused AdamW (``p *= 1 - lr * weight_decay`` on
+    every parameter, skipped with the rest of a guarded step); 0 = fused Adam (the default)."""
     seed: int = 0
     """Seed of the counter-based replay sampling (defaults to the AlgorithmConfig's seed when set)."""
     gamma: float = 0.99
@@ -108,6 +113,7 @@ class LearnerSettings:
         _choice("nonfinite_policy", self.nonfinite_policy, NONFINITE_POLICIES)
         _choice("collapse_policy", self.collapse_policy, COLLAPSE_POLICIES)
         _choice("divergence_policy", self.divergence_policy, DIVERGENCE_POLICIES)
+        _float("weight_decay", self.weight_decay, lo=0.0)
         _int("seed", self.seed, 0, 2**64 - 1)
         _float("gamma", self.gamma, lo=0.0, hi=1.0)
         _int("n_step", self.n_step, 1, 10_000)

@@ -1,0 +1,138 @@
+"""``rl-zerosync train --seeds 0,1,2,3,4``: one run per seed, then ``runs/<name>/seeds.json``.
+
+Each seed trains the same config with ``run.seed`` set (env episode schedule, network init,
+exploration, replay sampling) in its own process (``--parallel N`` runs N at a time, e.g. several
+on one GPU) into ``<dir>/<name>/seed<k>/``. ``seeds.json`` holds, per seed, the best-validation
+iteration and metric and the test metrics of the best checkpoint beside the rules (variants chosen
+on validation), and over seeds the mean with a 95% bootstrap interval (10,000 resamples of the
+seed mean, percentile interval).
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+BOOTSTRAP_RESAMPLES = 10_000
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"0,1,2"`` -> [0, 1, 2]; ValueError naming ``--seeds`` otherwise."""
+    try:
+        seeds = [int(x) for x in text.split(",") if x.strip() != ""]
+    except ValueError as exc:
+        raise ValueError(f"--seeds: expected comma-separated ints >= 0, got {text!r}") from exc
+    if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
+        raise ValueError(f"--seeds: expected distinct comma-separated ints >= 0, got {text!r}")
+    return seeds
+
+
+def mean_ci95(values: Sequence[float], seed: int = 0) -> tuple[float, list[float]]:
+    """Mean and the 95% percentile bootstrap interval of the mean (one value: [v, v])."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        raise ValueError("mean_ci95: no values")
+    if x.size == 1:
+        return float(x[0]), [float(x[0]), float(x[0])]
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, x.size, size=(BOOTSTRAP_RESAMPLES, x.size))].mean(axis=1)
+    lo, hi = np.percentile(means, [2.5, 97.5])
+    return float(x.mean()), [float(lo), float(hi)]
+
+
+def seed_record(run_dir: Path) -> dict[str, Any]:
+    """One seed's numbers from its run directory (evaluation/metrics.json + metrics.jsonl)."""
+    report = json.loads((run_dir / "evaluation" / "metrics.json").read_text())
+    s = report["summary"]
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    evals = [r for r in rows if "eval/validation_sharpe" in r]
+    return {
+        "checkpoint_iteration": s.get("checkpoint_iteration"),
+        "best_validation_sharpe": s.get("validation_sharpe"),
+        "test_sharpe": s["sharpe"],
+        "test_total_return": s["total_return"],
+        "test_max_drawdown": s["max_drawdown"],
+        "train_sharpe": s.get("train_sharpe"),
+        "train_minus_test_sharpe": s.get("train_minus_test_sharpe"),
+        "best_rule": s["best_rule"],
+        "best_rule_test_sharpe": s["best_rule_sharpe"],
+        "agent_minus_best_rule": s["agent_minus_best_rule"],
+        "rules_test_sharpe": s["rules"],
+        "rule_variants": s.get("rule_variants"),
+        "iterations": rows[-1]["iteration"] if rows else 0,
+        "validation_curve": [[r["iteration"], r["eval/validation_sharpe"]] for r in evals],
+    }
+
+
+def summarize(per_seed: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """Mean and 95% bootstrap interval over seeds of the headline numbers."""
+    out: dict[str, Any] = {"seeds": len(per_seed)}
+    for key in ("test_sharpe", "agent_minus_best_rule", "best_rule_test_sharpe", "best_validation_sharpe",
+                "train_minus_test_sharpe", "test_total_return"):
+        vals = [r[key] for r in per_seed.values() if r.get(key) is not None]
+        if vals:
+            mean, ci = mean_ci95(vals)
+            out[f"{key}_mean"], out[f"{key}_ci95"] = mean, ci
+    rules = next(iter(per_seed.values()))["rules_test_sharpe"]
+    out["rules_test_sharpe_mean"] = {r: float(np.mean([p["rules_test_sharpe"][r] for p in per_seed.values()]))
+                                     for r in rules}
+    return out
+
+
+def train_seeds(config: str, overrides: Sequence[str], seeds: Sequence[int], *, parallel: int = 1,
+                name_suffix: str = "") -> dict[str, Any]:
+    """Train ``config`` once per seed in subprocesses, ``parallel`` at a time; write seeds.json."""
+    from rl_zerosync.settings import load
+
+    base = load(config, list(overrides))
+    if parallel < 1:
+        raise ValueError(f"--parallel: expected an int >= 1, got {parallel}")
+    parent = Path(base.run.dir) / (base.run.name + name_suffix)
+    parent.mkdir(parents=True, exist_ok=True)
+    pending = list(seeds)
+    running: dict[int, tuple[subprocess.Popen, Any, float]] = {}
+    failed: dict[int, int] = {}
+    walls: dict[int, float] = {}
+    while pending or running:
+        while pending and len(running) < parallel:
+            seed = pending.pop(0)
+            run_dir = parent / f"seed{seed}"
+            run_dir.mkdir(parents=True, exist_ok=True)
+            cmd = [sys.executable, "-m", "rl_zerosync", "train", "--config", str(config),
+                   *[x for o in overrides for x in ("--set", o)],
+                   "--set", f"run.seed={seed}", "--set", f"run.dir={parent}", "--set", f"run.name=seed{seed}"]
+            log = open(run_dir / "train.log", "w")
+            running[seed] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log, time.perf_counter())
+            print(f"seed {seed}: started ({run_dir / 'train.log'})", flush=True)
+        time.sleep(0.5)
+        for seed, (proc, log, t0) in list(running.items()):
+            if proc.poll() is None:
+                continue
+            log.close()
+            walls[seed] = time.perf_counter() - t0
+            del running[seed]
+            if proc.returncode != 0:
+                failed[seed] = proc.returncode
+            print(f"seed {seed}: exit {proc.returncode} after {walls[seed]:.0f} s", flush=True)
+    if failed:
+        raise RuntimeError(f"seeds {sorted(failed)} failed (exit codes {failed}); see {parent}/seed<k>/train.log")
+    per_seed = {s: {**seed_record(parent / f"seed{s}"), "wall_s": walls[s]} for s in seeds}
+    report = {"config": str(config), "overrides": list(overrides), "per_seed": per_seed,
+              "summary": summarize(per_seed)}
+    (parent / "seeds.json").write_text(json.dumps(report, indent=2, default=float))
+    report["path"] = str(parent / "seeds.json")
+    return report
+
+
+def summary_line(report: dict[str, Any]) -> str:
+    s = report["summary"]
+    lo, hi = s["test_sharpe_ci95"]
+    r = s["rules_test_sharpe_mean"]
+    return (f"{s['seeds']} seeds: test sharpe {s['test_sharpe_mean']:+.2f} [{lo:+.2f}, {hi:+.2f}] | best rule "
+            f"{s['best_rule_test_sharpe_mean']:+.2f} | agent - best rule {s['agent_minus_best_rule_mean']:+.2f} | "
+            + " ".join(f"{k} {v:+.2f}" for k, v in r.items()))

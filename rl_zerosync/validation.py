@@ -1,0 +1,98 @@
+"""Validation during training: the greedy policy on every asset's validation segment.
+
+A :class:`Validator` holds the validation segment on its device (the learner's GPU when there is
+one), an inference copy of the Q module, and a :class:`~rl_zerosync.envs.walk.SegmentWalk` whose
+steps are captured in CUDA graphs. ``validate(algo)`` copies the learner's weights into the copy
+in place (device to device when the learner is in this process), walks all assets together, reads
+the per-bar records back once, and returns ``eval/validation_*`` metrics (mean over assets). Long
+segments are walked in time splits of SPLIT_BARS bars stepped in parallel, each starting flat
+SPLIT_WARMUP bars early (a pass costs ``SPLIT_BARS + SPLIT_WARMUP`` sequential steps however long the
+segment); the end-of-run evaluation walks the segments whole. The
+rule baselines are walked once, at construction: their ``(lookback, threshold)`` are chosen on
+this segment, and their metrics are logged beside the agent's at every pass.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from rl_zerosync.envs import EnvParams, make_market
+from rl_zerosync.envs.evaluate import add_baselines, best_rule, rule_metrics, walk_result
+from rl_zerosync.envs.rules import RULES, RuleWalk
+from rl_zerosync.envs.walk import SegmentWalk
+
+SPLIT_BARS = 128
+"""Validation walks in time splits of this many bars (all in parallel)..."""
+SPLIT_WARMUP = 64
+"""...each starting flat this many bars early (see :class:`~rl_zerosync.envs.walk.SegmentWalk`)."""
+LOGGED = ("sharpe", "total_return", "max_drawdown", "turnover_per_bar")
+"""Mean-over-assets metrics logged per validation pass (agent and each rule)."""
+ROUTING_KEYS = ("wide", "high_vol", "low_vol")
+
+
+def routing_thresholds(runner_cfg: dict | None) -> dict[str, float]:
+    """The routing thresholds of a run's ``runner`` section (defaults where absent)."""
+    return {k: float(v) for k, v in (runner_cfg or {}).items() if k in ROUTING_KEYS}
+
+
+class Validator:
+    """Greedy validation passes of one run (see the module docstring)."""
+
+    def __init__(self, settings, algo, device: torch.device | str | None = None) -> None:
+        if device is None:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(device)
+        self.metric = settings.run.eval_metric
+        data_cfg = dict(settings.data)
+        self.data = make_market(data_cfg, "validation").to(self.device)
+        self.params = EnvParams.from_dict(settings.env)
+        self.routed = settings.model.action_mode == "routed"
+        routing = routing_thresholds(settings.runner)
+        spaces = algo.env_runner.get_spaces() if algo.env_runner is not None else None
+        spec = algo.config.get_rl_module_spec(spaces=spaces, inference_only=True)
+        self.module = spec.build().to(self.device).eval()
+        self.walk = SegmentWalk(self.data, self.params, routing=routing if self.routed else None,
+                                split_bars=SPLIT_BARS, split_warmup=SPLIT_WARMUP)
+        t0 = time.perf_counter()
+        self.rules, _ = rule_metrics(RuleWalk(self.data, self.params, routing))
+        self.rules_time_s = time.perf_counter() - t0
+
+    def _load_weights(self, algo) -> None:
+        from ray.rllib.core import DEFAULT_MODULE_ID
+
+        from rl_zerosync.env_runner.weights import copy_weights_in_place
+
+        target = self.module
+        group = algo.learner_group
+        if group.is_local:
+            def load(learner, _target=target):
+                source = learner.module[DEFAULT_MODULE_ID]
+                source = source.unwrapped() if hasattr(source, "unwrapped") else source
+                copy_weights_in_place(_target, source.state_dict())  # device to device, in place
+
+            group.foreach_learner(load)
+            return
+        weights = group.get_weights(inference_only=True)
+        copy_weights_in_place(target, weights.get(DEFAULT_MODULE_ID, weights))
+
+    def _act(self, obs: torch.Tensor, state) -> torch.Tensor:
+        with torch.inference_mode():
+            return self.module.greedy_actions(self.module.q_values(obs))
+
+    def validate(self, algo) -> dict[str, Any]:
+        """One pass: the learner's current weights on the validation segment -> metrics."""
+        t0 = time.perf_counter()
+        self._load_weights(algo)
+        res = walk_result(self.walk, self.walk.run(self._act, key="agent"))
+        add_baselines(res, self.rules)
+        out: dict[str, Any] = {f"validation_{k}": res.metrics["mean"][k] for k in LOGGED}
+        out[f"validation_{self.metric}"] = res.metrics["mean"][self.metric]
+        for rule in RULES:
+            for k in LOGGED:
+                out[f"validation_{rule}_{k}"] = res.baselines[rule]["mean"][k]
+        out["validation_best_rule_sharpe"] = res.baselines[best_rule(res.baselines)]["mean"]["sharpe"]
+        out["validation_time_s"] = time.perf_counter() - t0
+        self.last = res
+        return out
