@@ -7,8 +7,15 @@ How to run:
 What is measured (both runners built directly from a DQNConfig, no Algorithm, same Q module
 class and size, routed action mode):
 
-* stock: ``SingleAgentEnvRunner`` on ``"rl_zerosync/Trading-v0"`` (a vector of gymnasium twins,
-  CPU module as RLlib places it on a local runner), ``sample(num_timesteps=...)``;
+* stock: ``SingleAgentEnvRunner`` on ``"rl_zerosync/Trading-v0"``, the numpy single-env twin (a
+  gymnasium vector of ``--stock-envs`` twins, ~10 us per env step; CPU module as RLlib places it on
+  a local runner), ``sample(num_timesteps=...)``: one runner in this process, and
+  ``--stock-runners`` runners (default ``os.cpu_count()``, one per core) as Ray actors of an
+  ``EnvRunnerGroup`` sampling concurrently (each returns only its step count, so no episode
+  transfer is timed: the stock runners' best case), throughput = all their steps / wall clock of
+  the concurrent call. For reference only, one runner on the torch twin
+  (``"rl_zerosync/TradingTorch-v0"``, ~1 ms per env step: what earlier versions of this script
+  called the stock figure);
 * ours: ``GPUEnvRunner`` with N envs x T steps, eager and CUDA-graph rollouts:
   ``sample()`` (the whole rollout, obs included, copied to pinned host memory) and
   ``sample_device()`` (rollout stays on the GPU; actions/rewards/flags/metrics read back).
@@ -19,18 +26,23 @@ class and size, routed action mode):
   ``sample()`` at every size, plus the explicit event waits (expected: 0 and 1).
 
 Results to expect on one H200: tens of millions of env steps/s at 64k envs (the readback of
-obs dominates ``sample()``; ``sample_device()`` is faster), several thousand times the stock
-runner; the graph helps most at small N where kernel launches dominate.
+obs dominates ``sample()``; ``sample_device()`` is faster); the graph helps most at small N where
+kernel launches dominate.
 
 Writes JSON (``--out``, default ``benchmarks/results/env_runner.json``) with date, hardware,
-versions, config, every row, and ``summary``: ``env_steps_per_s_max``, ``speedup_vs_stock``,
-``syncs_per_sample``, ``event_waits_per_sample``, ``stock_env_steps_per_s``, ``best_config``.
+versions, config, every row, ``stock`` (the one-runner numpy-twin row), ``stock_runs`` (every stock
+row) and ``summary``: ``env_steps_per_s_max``, ``speedup_vs_stock`` (ours / one stock runner on the
+numpy twin), ``speedup_vs_stock_all_cores`` (ours / the stock runners on every core),
+``stock_env_steps_per_s_numpy_twin``, ``stock_env_steps_per_s_numpy_twin_all_cores``,
+``stock_runners_all_cores``, ``stock_env_steps_per_s_torch_twin`` (reference only),
+``syncs_per_sample``, ``event_waits_per_sample``, ``best_config``.
 """
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
 import json
+import os
 import statistics
 import sys
 import time
@@ -41,13 +53,15 @@ from typing import Callable, Optional
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ray.rllib.algorithms.dqn import DQNConfig  # noqa: E402
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec  # noqa: E402
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner  # noqa: E402
 
 from common import hardware, versions, write_json  # noqa: E402
-import rl_zerosync.envs  # noqa: E402,F401  (registers the gymnasium id)
+import rl_zerosync.envs  # noqa: E402,F401  (registers the gymnasium ids)
+from rl_zerosync.envs import ENV_ID_IMPORTABLE, TORCH_ENV_ID_IMPORTABLE  # noqa: E402
 from rl_zerosync.env_runner import GPUEnvRunner  # noqa: E402
 from rl_zerosync.module import ZeroSyncQModule  # noqa: E402
 
@@ -68,12 +82,16 @@ def env_config(args: argparse.Namespace, runner: Optional[dict] = None) -> dict:
     return cfg
 
 
-def bench_stock(args: argparse.Namespace) -> dict:
-    """Env steps/s of the stock runner on the gymnasium twin (routed: Discrete(5))."""
-    cfg = base_config(args).environment(
-        "rl_zerosync/Trading-v0", env_config={**env_config(args), "action_mode": "routed"}
+def stock_config(args: argparse.Namespace, env_id: str) -> DQNConfig:
+    """The stock runner's config: ``--stock-envs`` gymnasium twins per runner, routed (Discrete(5))."""
+    return base_config(args).environment(
+        env_id, env_config={**env_config(args), "action_mode": "routed"}
     ).env_runners(num_envs_per_env_runner=args.stock_envs, rollout_fragment_length=64)
-    runner = SingleAgentEnvRunner(config=cfg, worker_index=0)
+
+
+def bench_stock(args: argparse.Namespace, env_id: str = ENV_ID_IMPORTABLE, env: str = "numpy twin") -> dict:
+    """Env steps/s of one stock runner in this process on the gymnasium twin ``env_id``."""
+    runner = SingleAgentEnvRunner(config=stock_config(args, env_id), worker_index=0)
     runner.sample(num_timesteps=min(200, args.stock_steps))  # warm-up
     times = []
     for _ in range(args.stock_repeats):
@@ -83,8 +101,47 @@ def bench_stock(args: argparse.Namespace) -> dict:
     steps = sum(len(e) for e in eps)
     runner.stop()
     wall = statistics.median(times)
-    return {"runner": "stock SingleAgentEnvRunner", "envs": args.stock_envs, "steps_per_call": steps,
-            "median_s": wall, "env_steps_per_s": steps / wall}
+    return {"runner": "stock SingleAgentEnvRunner", "env": env, "env_id": env_id, "runners": 1,
+            "envs": args.stock_envs, "steps_per_call": steps, "median_s": wall, "env_steps_per_s": steps / wall}
+
+
+def bench_stock_parallel(args: argparse.Namespace, num_runners: int, env_id: str = ENV_ID_IMPORTABLE,
+                         env: str = "numpy twin") -> dict:
+    """Env steps/s of ``num_runners`` stock runners (Ray actors, one CPU each) sampling concurrently.
+
+    Each runner returns only its step count (no episodes travel back): the stock runners' best case.
+    """
+    import ray
+    from ray.rllib.env.env_runner_group import EnvRunnerGroup
+
+    own_ray = not ray.is_initialized()
+    if own_ray:
+        ray.init(num_cpus=num_runners, include_dashboard=False, log_to_driver=False)
+    cfg = stock_config(args, env_id).env_runners(num_env_runners=num_runners, num_cpus_per_env_runner=1)
+    group = EnvRunnerGroup(config=cfg, local_env_runner=False)
+
+    def sample(n: int):
+        return lambda runner: sum(len(e) for e in runner.sample(num_timesteps=n))
+
+    try:
+        group.foreach_env_runner(sample(min(200, args.stock_steps)), local_env_runner=False)  # warm-up
+        rates, walls, steps = [], [], []
+        for _ in range(args.stock_repeats):
+            start = time.perf_counter()
+            counts = group.foreach_env_runner(sample(args.stock_steps), local_env_runner=False)
+            wall = time.perf_counter() - start
+            if len(counts) != num_runners:
+                raise RuntimeError(f"{num_runners - len(counts)} of {num_runners} stock runners failed")
+            rates.append(sum(counts) / wall)
+            walls.append(wall)
+            steps.append(sum(counts))
+    finally:
+        group.stop()
+        if own_ray:
+            ray.shutdown()
+    return {"runner": "stock SingleAgentEnvRunner", "env": env, "env_id": env_id, "runners": num_runners,
+            "envs": args.stock_envs, "steps_per_call": statistics.median(steps), "median_s": statistics.median(walls),
+            "env_steps_per_s": statistics.median(rates)}
 
 
 def count_syncs(fn: Callable[[], object]) -> tuple[int, int]:
@@ -162,6 +219,17 @@ def run(args: argparse.Namespace) -> dict:
         raise SystemExit("no CUDA device: run with --quick for the CPU path")
     device = "cuda" if cuda else "cpu"
     stock = bench_stock(args)
+    print(f"  stock, numpy twin, 1 runner: {stock['env_steps_per_s']:.3e} env steps/s", flush=True)
+    stock_all = bench_stock_parallel(args, args.stock_runners)
+    print(f"  stock, numpy twin, {args.stock_runners} runners: {stock_all['env_steps_per_s']:.3e} env steps/s",
+          flush=True)
+    stock_runs = [stock, stock_all]
+    stock_torch = None
+    if not args.skip_torch_twin:
+        stock_torch = bench_stock(args, TORCH_ENV_ID_IMPORTABLE, "torch twin")
+        stock_runs.append(stock_torch)
+        print(f"  stock, torch twin (reference), 1 runner: {stock_torch['env_steps_per_s']:.3e} env steps/s",
+              flush=True)
     rows = []
     for n in args.envs:
         for graph in ((False, True) if cuda else (False,)):
@@ -176,18 +244,24 @@ def run(args: argparse.Namespace) -> dict:
     by_size = {}
     for r in rows:
         by_size.setdefault(r["envs"], {})[r["graph"]] = r["sample_env_steps_per_s"]
+    ours = best["sample_env_steps_per_s"]
     summary = {
-        "env_steps_per_s_max": best["sample_env_steps_per_s"],
-        "speedup_vs_stock": best["sample_env_steps_per_s"] / stock["env_steps_per_s"],
+        "env_steps_per_s_max": ours,
+        "speedup_vs_stock": ours / stock["env_steps_per_s"],
+        "speedup_vs_stock_all_cores": ours / stock_all["env_steps_per_s"],
         "syncs_per_sample": max(syncs) if syncs else None,
         "event_waits_per_sample": max(waits) if waits else None,
-        "stock_env_steps_per_s": stock["env_steps_per_s"],
+        "stock_env_steps_per_s_numpy_twin": stock["env_steps_per_s"],
+        "stock_env_steps_per_s_numpy_twin_all_cores": stock_all["env_steps_per_s"],
+        "stock_runners_all_cores": stock_all["runners"],
+        "stock_env_steps_per_s_torch_twin": stock_torch["env_steps_per_s"] if stock_torch else None,
         "device_env_steps_per_s_max": best_dev["sample_device_env_steps_per_s"],
         "device_speedup_vs_stock": best_dev["sample_device_env_steps_per_s"] / stock["env_steps_per_s"],
+        "device_speedup_vs_stock_all_cores": best_dev["sample_device_env_steps_per_s"] / stock_all["env_steps_per_s"],
         "best_config": {"envs": best["envs"], "steps": best["steps"], "graph": best["graph"]},
         "graph_speedup_by_envs": {n: v[True] / v[False] for n, v in by_size.items() if True in v and False in v},
-        "goal_met": best["sample_env_steps_per_s"] >= 20e6
-        and best["sample_env_steps_per_s"] / stock["env_steps_per_s"] >= 1000,
+        "goal_met": ours >= 20e6 and ours / stock["env_steps_per_s"] >= 1000,
+        "goal_met_all_cores": ours >= 20e6 and ours / stock_all["env_steps_per_s"] >= 1000,
     }
     return {
         "name": "env_runner",
@@ -196,6 +270,7 @@ def run(args: argparse.Namespace) -> dict:
         "versions": versions(),
         "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(args).items()},
         "stock": stock,
+        "stock_runs": stock_runs,
         "rows": rows,
         "summary": summary,
     }
@@ -210,8 +285,10 @@ def _fmt(v) -> str:
 
 
 def print_table(result: dict) -> None:
-    s = result["stock"]
-    print(f"\nstock SingleAgentEnvRunner ({s['envs']} twin envs): {s['env_steps_per_s']:.1f} env steps/s")
+    print()
+    for s in result["stock_runs"]:
+        print(f"stock SingleAgentEnvRunner x {s['runners']} ({s['envs']} {s['env']} envs each): "
+              f"{s['env_steps_per_s']:.1f} env steps/s")
     cols = ("envs", "steps", "graph", "sample_env_steps_per_s", "sample_device_env_steps_per_s",
             "sample_median_s", "syncs_per_sample", "event_waits_per_sample")
     print("  ".join(f"{c:>30}" for c in cols))
@@ -234,6 +311,10 @@ def main(argv: Optional[list[str]] = None) -> dict:
     p.add_argument("--stock-envs", type=int, default=8, help="vectorized twins in the stock runner")
     p.add_argument("--stock-steps", type=int, default=4000, help="env steps per stock sample call")
     p.add_argument("--stock-repeats", type=int, default=3, help="timed stock sample calls (median)")
+    p.add_argument("--stock-runners", type=int, default=os.cpu_count() or 1,
+                   help="stock runners sampling concurrently for the all-cores figure (default: os.cpu_count())")
+    p.add_argument("--skip-torch-twin", action="store_true",
+                   help="skip the reference figure of one stock runner on the torch twin")
     args = p.parse_args(argv)
     if args.quick:
         args.envs = [n for n in args.envs if n <= 256] or [64, 256]

@@ -7,9 +7,11 @@ How to run (a machine with two GPUs; Ray 2.60 installed)::
 
 Two sections, each timed the same way for 1 and 2 GPUs:
 
-* ``learner``: the learner alone. Each learner fills its replay shard with random transitions,
+* ``learner``: the learner alone. Each learner fills its replay shard with its own random
+  rollout (generator seed ``1000 + rank``; the learner's replay sampler is seeded ``seed + rank``),
   warms up (graph capture), then times ``--k`` updates with CUDA events; every rank is timed and
-  the slowest counts. Per-learner batch fixed, so 2 learners train twice the transitions per update
+  the slowest counts. Every rank records its device and GPU (``per_rank``: ``device``,
+  ``cuda_index``, ``gpu_ids``, ``gpu_name``, ``gpu_uuid``), and rank r must be on ``cuda:r``. Per-learner batch fixed, so 2 learners train twice the transitions per update
   (global batch ``2 x B``). Variants: ours graphed (1 learner; 2 DDP learners over NCCL), ours
   eager DDP (2), and stock RLlib ``DQNTorchLearner.update`` on a device batch (1; 2 DDP learners),
   the baseline. Synchronizing CUDA calls per update are counted per rank (``warn`` mode).
@@ -33,6 +35,7 @@ import argparse
 import datetime
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -40,10 +43,12 @@ import ray
 import ray.cloudpickle
 import torch
 
-import common
-import learner as learner_bench
-from common import hardware, versions, write_json
-from rl_zerosync.learner import ZeroSyncDQNTorchLearner
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # common.py, learner.py (also when imported)
+
+import common  # noqa: E402
+import learner as learner_bench  # noqa: E402
+from common import hardware, versions, write_json  # noqa: E402
+from rl_zerosync.learner import ZeroSyncDQNTorchLearner  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNNER_TIMERS = ("rollout_enqueue_timer", "rollout_readback_timer", "rollout_put_timer")
@@ -58,17 +63,59 @@ def _rank() -> int:
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
+def _rank_rollout(t_len: int, n_envs: int, rank: int) -> dict:
+    """Random transitions shaped like ``learner_bench.random_rollout``, drawn from generator seed
+    ``1000 + rank``: every rank trains on a distinct rollout."""
+    g = torch.Generator(device="cpu").manual_seed(1000 + rank)
+    d, a = learner_bench.OBS_DIM, learner_bench.NUM_ACTIONS
+    return {
+        "obs": torch.randn(t_len, n_envs, d, generator=g),
+        "next_obs": torch.randn(t_len, n_envs, d, generator=g),
+        "actions": torch.randint(0, a, (t_len, n_envs), generator=g),
+        "rewards": torch.randn(t_len, n_envs, generator=g),
+        "terminateds": torch.rand(t_len, n_envs, generator=g) < 0.01,
+        "truncateds": torch.zeros(t_len, n_envs, dtype=torch.bool),
+    }
+
+
+def _device_record(learner) -> dict:
+    """Where this rank runs: its torch device, CUDA index, Ray GPU ids and the GPU's name / UUID."""
+    dev = learner._device
+    rec = {"rank": _rank(), "device": str(dev), "cuda_index": None,
+           "gpu_ids": [str(i) for i in ray.get_gpu_ids()]}
+    if dev.type == "cuda":
+        idx = dev.index if dev.index is not None else torch.cuda.current_device()
+        props = torch.cuda.get_device_properties(idx)
+        rec.update(cuda_index=idx, gpu_name=props.name, gpu_uuid=str(getattr(props, "uuid", "")) or None,
+                   current_device=torch.cuda.current_device())
+    return rec
+
+
+def _check_devices(per_rank: list, cuda: bool) -> None:
+    """Every rank answered once, and on CUDA rank r runs on ``cuda:r`` (distinct GPUs)."""
+    ranks = sorted(r["rank"] for r in per_rank)
+    assert ranks == list(range(len(per_rank))), f"learner ranks {ranks}"
+    if cuda:
+        for r in per_rank:
+            assert r["cuda_index"] == r["rank"], (
+                f"learner rank {r['rank']} runs on {r['device']} (Ray GPU ids {r['gpu_ids']}), expected cuda:{r['rank']}")
+
+
 def _ours_in_actor(learner, *, k: int, repeats: int, capacity: int) -> dict:
     dev = learner._device
-    learner.replay.add(learner_bench.random_rollout(max(1, capacity // 1000), 1000, torch.device("cpu")))
+    rank = _rank()
+    rollout = _rank_rollout(max(1, capacity // 1000), 1000, rank)
+    learner.replay.add(rollout)
     learner.train(k)  # warm-up (and graph capture: DDP needs 11 eager updates first)
     learner.collect_metrics()
     us = learner_bench.time_updates(lambda: learner.train(k), k, repeats=repeats, warmup=0, device=dev)
     syncs = learner_bench.count_syncs(lambda: learner.train(k), k, dev)
     metrics = learner.collect_metrics()
-    return {"rank": _rank(), "sec_per_update": us * 1e-6, "syncs_per_update": syncs, "skipped": metrics["skipped"],
+    return {**_device_record(learner), "sec_per_update": us * 1e-6, "syncs_per_update": syncs,
+            "skipped": metrics["skipped"],
             "captured": bool(learner._graphed is not None and learner._graphed.captured),
-            "gpu_ids": [str(i) for i in ray.get_gpu_ids()]}
+            "rollout_seed": 1000 + rank, "rollout_reward_sum": float(rollout["rewards"].sum()),
+            "replay_seed": learner.replay.seed}
 
 
 def _stock_in_actor(learner, *, k: int, repeats: int, batch: int) -> dict:
@@ -76,8 +123,7 @@ def _stock_in_actor(learner, *, k: int, repeats: int, batch: int) -> dict:
     run_k = learner_bench.stock_updates(learner.update, batch, k, dev)
     us = learner_bench.time_updates(run_k, k, repeats=repeats, warmup=1, device=dev)
     syncs = learner_bench.count_syncs(run_k, k, dev)
-    return {"rank": _rank(), "sec_per_update": us * 1e-6, "syncs_per_update": syncs,
-            "gpu_ids": [str(i) for i in ray.get_gpu_ids()]}
+    return {**_device_record(learner), "sec_per_update": us * 1e-6, "syncs_per_update": syncs}
 
 
 def _learner_group(*, num_learners: int, batch: int, hidden, cuda: bool, ours: bool, graph: bool, capacity: int):
@@ -113,6 +159,10 @@ def bench_learners(args, cuda: bool) -> list:
             for r in per_rank:
                 if isinstance(r, Exception):
                     raise r
+            _check_devices(per_rank, cuda)
+            if ours and n > 1:  # distinct rollouts and replay sampler seeds per rank
+                assert len({r["rollout_reward_sum"] for r in per_rank}) == n, per_rank
+                assert len({r["replay_seed"] for r in per_rank}) == n, per_rank
             sec = max(r["sec_per_update"] for r in per_rank)
             syncs = [r["syncs_per_update"] for r in per_rank]
             row = {
@@ -122,7 +172,9 @@ def bench_learners(args, cuda: bool) -> list:
             }
             rows.append(row)
             print(f"learner {name:<10} gpus={n} {row['us_per_update']:9.1f} us/update "
-                  f"{row['trained_per_s']:14,.0f} trained/s syncs/update={row['syncs_per_update']}", flush=True)
+                  f"{row['trained_per_s']:14,.0f} trained/s syncs/update={row['syncs_per_update']} "
+                  f"devices={[(r['rank'], r['device'], r['gpu_ids']) for r in sorted(per_rank, key=lambda x: x['rank'])]}",
+                  flush=True)
     return rows
 
 

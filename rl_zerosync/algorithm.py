@@ -7,8 +7,9 @@ One training iteration (``training_step``):
    and its metrics, so the rollout travels runner -> learner without passing through the driver;
 2. add the rollouts to the learners' device replay (same process and device: the rollout stays on
    the device; otherwise one host->device copy per rollout); with several learners each learner
-   takes a shard (rollout i goes to learner ``i % num_learners``; with fewer rollouts than
-   learners every learner takes all) and fetches only its shard;
+   takes a shard (rollout i goes to learner ``i % num_learners``) and fetches only its shard; with
+   fewer rollouts than learners every rollout's envs are split instead (learner r takes env
+   columns ``r::num_learners`` of each rollout), so no transition is stored twice;
 3. once ``num_steps_sampled_before_learning_starts`` env steps were sampled, run K updates per
    learner with no host read between them (``K = replay_ratio * env steps / (batch * learners)``,
    at least 1: ``replay_ratio`` counts the transitions trained by all learners together);
@@ -142,6 +143,19 @@ def _as_rollout(item) -> dict:
         return {k: torch.from_numpy(v) for k, v in arrays.items()}
 
 
+def _env_shard(cols: dict, rank: int, world: int, num_rollouts: int) -> dict:
+    """Env columns ``rank::world`` of a ``[T, N, ...]`` rollout (views); ValueError when ``N < world``."""
+    n = int(cols["rewards"].shape[1])
+    if n < world:
+        raise ValueError(
+            f"ZeroSyncDQN: {num_rollouts} rollout(s) for {world} learners: with fewer rollouts than learners "
+            f"(num_env_runners < num_learners) each rollout's envs are split across the learners, which needs "
+            f"num_envs_per_env_runner >= num_learners, got a rollout of {n} env(s); raise "
+            f"num_envs_per_env_runner or num_env_runners, or lower num_learners"
+        )
+    return {k: (v[:, rank::world] if isinstance(v, torch.Tensor) and v.dim() >= 2 else v) for k, v in cols.items()}
+
+
 class ZeroSyncDQN(DQN):
     """DQN whose ``training_step`` feeds learner-owned device replay and graph-replayed updates."""
 
@@ -181,12 +195,16 @@ class ZeroSyncDQN(DQN):
             dist = torch.distributed
             ddp = dist.is_available() and dist.is_initialized()
             rank, world = (dist.get_rank(), dist.get_world_size()) if ddp else (0, 1)
-            # Round-robin shards; with fewer rollouts than learners every learner gets all.
+            # Round-robin shards of whole rollouts; with fewer rollouts than learners every learner
+            # takes its env columns r::world of every rollout (each transition lands on one rank).
+            split = len(_rollouts) < world
             fetch = add = 0.0
             for i, rollout in enumerate(_rollouts):
-                if len(_rollouts) < world or i % world == rank:
+                if split or i % world == rank:
                     t0 = time.perf_counter()
                     cols = _as_rollout(rollout)
+                    if split:
+                        cols = _env_shard(cols, rank, world, len(_rollouts))
                     t1 = time.perf_counter()
                     learner.replay.add(cols)
                     fetch, add = fetch + t1 - t0, add + time.perf_counter() - t1

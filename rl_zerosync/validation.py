@@ -74,8 +74,9 @@ class Validator:
 
             group.foreach_learner(load)
             return
-        weights = group.get_weights(inference_only=True)
-        copy_weights_in_place(target, weights.get(DEFAULT_MODULE_ID, weights))
+        # Remote learners: the first learner's weights (DDP keeps every rank's identical).
+        weights = group.get_weights(module_ids=[DEFAULT_MODULE_ID])
+        copy_weights_in_place(target, weights[DEFAULT_MODULE_ID])
 
     def _act(self, obs: torch.Tensor, state) -> torch.Tensor:
         with torch.inference_mode():

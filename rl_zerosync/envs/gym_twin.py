@@ -1,11 +1,19 @@
 """``TradingGymEnv``: the batched env's step function with N = 1 on the CPU, as a gymnasium.Env.
 
-Registered as ``"rl_zerosync/Trading-v0"`` when :mod:`rl_zerosync.envs` is imported, so stock RLlib
-can use it by name: ``config.environment("rl_zerosync/Trading-v0", env_config={"data": {...},
-"env": {...}})`` (in processes that may not have imported :mod:`rl_zerosync.envs`, such as remote
-env runners, use :data:`ENV_ID_IMPORTABLE`). RLlib builds string envs with ``gymnasium.make_vec(name, **env_config)``, so the
-top-level keys of ``env_config`` arrive as keyword arguments; a single ``env_config`` mapping works
-too. Keys: ``data`` (``make_market`` config, or a ``MarketData``), ``env`` (``EnvParams`` fields),
+This is the torch reference twin (about 1 ms per step: a batch of one through the torch step
+function), registered as :data:`TORCH_ENV_ID` (``"rl_zerosync/TradingTorch-v0"``). The id users get
+by default, ``"rl_zerosync/Trading-v0"`` (:data:`ENV_ID`), is the numpy single-env twin
+:class:`~rl_zerosync.envs.numpy_twin.NumpyTradingEnv`: the same maths, RNG and observation (tested
+equal to this class and to the batched env) at about 10 us per step. Both are registered when
+:mod:`rl_zerosync.envs` is imported, so stock RLlib can use them by name:
+``config.environment("rl_zerosync/Trading-v0", env_config={"data": {...}, "env": {...}})`` (in
+processes that may not have imported :mod:`rl_zerosync.envs`, such as remote env runners, use
+:data:`ENV_ID_IMPORTABLE` or :data:`TORCH_ENV_ID_IMPORTABLE`). RLlib builds string envs with
+``gymnasium.make_vec(name, **env_config)``, so the top-level keys of ``env_config`` arrive as
+keyword arguments; a single ``env_config`` mapping works too. Both classes take the same keys and
+seed the same way (below).
+
+Keys: ``data`` (``make_market`` config, or a ``MarketData``), ``env`` (``EnvParams`` fields),
 ``runner`` (ignored), ``split`` ("train"), ``action_mode`` ("flat" -> Discrete(45) factored actions,
 "routed" -> Discrete(5) exposures routed with the routing rule), ``routing`` (``wide``,
 ``high_vol``, ``low_vol`` thresholds), ``env_id`` (RNG index of this env).
@@ -31,57 +39,76 @@ from rl_zerosync.envs.market import MarketData
 from rl_zerosync.envs.params import EnvParams
 
 ENV_ID = "rl_zerosync/Trading-v0"
+"""The default gymnasium id: the numpy twin (:class:`~rl_zerosync.envs.numpy_twin.NumpyTradingEnv`)."""
 ENV_ID_IMPORTABLE = "rl_zerosync.envs:" + ENV_ID
 """The id with gymnasium's ``module:`` prefix: works in processes that never imported the package
 (e.g. remote RLlib env runners)."""
+TORCH_ENV_ID = "rl_zerosync/TradingTorch-v0"
+"""The torch reference twin (:class:`TradingGymEnv`)."""
+TORCH_ENV_ID_IMPORTABLE = "rl_zerosync.envs:" + TORCH_ENV_ID
 ACTION_MODES = ("flat", "routed")
 _KEYS = ("data", "env", "runner", "split", "action_mode", "routing", "env_id")
 _ROUTING_KEYS = ("wide", "high_vol", "low_vol")
 
 
+def parse_env_config(env_config: Mapping[str, Any] | None, kwargs: Mapping[str, Any],
+                     owner: str = "TradingGymEnv") -> dict[str, Any]:
+    """Validate the twins' configuration (see the module doc); returns ``data`` (a CPU
+    ``MarketData``), ``params``, ``action_mode``, ``routing`` (float thresholds) and ``env_id``."""
+    cfg = dict(env_config or {})
+    cfg.update(kwargs)
+    unknown = sorted(set(cfg) - set(_KEYS))
+    if unknown:
+        raise ValueError(f"{owner} env_config: unknown key(s) {unknown}; allowed keys are {list(_KEYS)}")
+    data = cfg.get("data")
+    if isinstance(data, MarketData):
+        data = data.to("cpu")
+    else:
+        from rl_zerosync.envs.config import make_market
+
+        data = make_market(data, split=cfg.get("split", "train")).to("cpu")
+    env_cfg = cfg.get("env")
+    params = env_cfg if isinstance(env_cfg, EnvParams) else EnvParams.from_dict(env_cfg)
+    action_mode = cfg.get("action_mode", "flat")
+    if action_mode not in ACTION_MODES:
+        raise ValueError(f"{owner} action_mode: expected one of {ACTION_MODES}, got {action_mode!r}")
+    routing = dict(cfg.get("routing") or {})
+    bad = sorted(set(routing) - set(_ROUTING_KEYS))
+    if bad:
+        raise ValueError(f"{owner} routing: unknown key(s) {bad}; allowed keys are {list(_ROUTING_KEYS)}")
+    env_id = cfg.get("env_id")
+    if env_id is not None and (isinstance(env_id, bool) or not isinstance(env_id, int) or not 0 <= env_id < 2**32):
+        raise ValueError(f"{owner} env_id: expected an int in [0, 2**32), got {env_id!r}")
+    return {"data": data, "params": params, "action_mode": action_mode,
+            "routing": {k: float(v) for k, v in routing.items()}, "env_id": env_id}
+
+
+def observation_space_for(data: MarketData, params: EnvParams) -> gym.spaces.Box:
+    """The observation space of the twins (bounds from the feature clips and exposure levels)."""
+    d = params.observation_dim
+    k = params.window
+    feats = data.features
+    low = np.full(d, -feats.ratio_clip, dtype=np.float32)
+    high = np.full(d, feats.ratio_clip, dtype=np.float32)
+    low[:k], high[:k] = -feats.ret_clip, feats.ret_clip
+    low[k], high[k] = min(params.exposure_levels + (0.0,)), max(params.exposure_levels + (0.0,))
+    low[k + 3], high[k + 3] = 0.0, 1.0
+    return gym.spaces.Box(low=low, high=high, dtype=np.float32)
+
+
 class TradingGymEnv(gym.Env):
-    """Single trading env (see the module doc for the configuration keys)."""
+    """Single trading env, torch reference (see the module doc for the configuration keys)."""
 
     metadata = {"render_modes": []}
 
     def __init__(self, env_config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         super().__init__()
-        cfg = dict(env_config or {})
-        cfg.update(kwargs)
-        unknown = sorted(set(cfg) - set(_KEYS))
-        if unknown:
-            raise ValueError(f"TradingGymEnv env_config: unknown key(s) {unknown}; allowed keys are {list(_KEYS)}")
-        data = cfg.get("data")
-        if isinstance(data, MarketData):
-            self.data = data.to("cpu")
-        else:
-            from rl_zerosync.envs.config import make_market
-
-            self.data = make_market(data, split=cfg.get("split", "train")).to("cpu")
-        env_cfg = cfg.get("env")
-        self.params = env_cfg if isinstance(env_cfg, EnvParams) else EnvParams.from_dict(env_cfg)
-        self.action_mode = cfg.get("action_mode", "flat")
-        if self.action_mode not in ACTION_MODES:
-            raise ValueError(f"TradingGymEnv action_mode: expected one of {ACTION_MODES}, got {self.action_mode!r}")
-        routing = dict(cfg.get("routing") or {})
-        bad = sorted(set(routing) - set(_ROUTING_KEYS))
-        if bad:
-            raise ValueError(f"TradingGymEnv routing: unknown key(s) {bad}; allowed keys are {list(_ROUTING_KEYS)}")
-        self.routing = {k: float(v) for k, v in routing.items()}
-        env_id = cfg.get("env_id")
-        if env_id is not None and (isinstance(env_id, bool) or not isinstance(env_id, int) or not 0 <= env_id < 2**32):
-            raise ValueError(f"TradingGymEnv env_id: expected an int in [0, 2**32), got {env_id!r}")
-        self._fixed_env_id = env_id
+        c = parse_env_config(env_config, kwargs, "TradingGymEnv")
+        self.data, self.params = c["data"], c["params"]
+        self.action_mode, self.routing = c["action_mode"], c["routing"]
+        self._fixed_env_id = c["env_id"]
         self.tables = make_tables(self.data, self.params)
-        d = self.params.observation_dim
-        k = self.params.window
-        feats = self.data.features
-        low = np.full(d, -feats.ratio_clip, dtype=np.float32)
-        high = np.full(d, feats.ratio_clip, dtype=np.float32)
-        low[:k], high[:k] = -feats.ret_clip, feats.ret_clip
-        low[k], high[k] = min(self.params.exposure_levels + (0.0,)), max(self.params.exposure_levels + (0.0,))
-        low[k + 3], high[k + 3] = 0.0, 1.0
-        self.observation_space = gym.spaces.Box(low=low, high=high, dtype=np.float32)
+        self.observation_space = observation_space_for(self.data, self.params)
         n_actions = NUM_ACTIONS if self.action_mode == "flat" else NUM_EXPOSURES
         self.action_space = gym.spaces.Discrete(n_actions)
         self._route = None
@@ -146,6 +173,9 @@ class TradingGymEnv(gym.Env):
 
 
 def register() -> None:
-    """Register :data:`ENV_ID` with gymnasium (idempotent)."""
+    """Register :data:`ENV_ID` (the numpy twin) and :data:`TORCH_ENV_ID` (this class) with gymnasium
+    (idempotent)."""
     if ENV_ID not in gym.registry:
-        gym.register(id=ENV_ID, entry_point="rl_zerosync.envs.gym_twin:TradingGymEnv")
+        gym.register(id=ENV_ID, entry_point="rl_zerosync.envs.numpy_twin:NumpyTradingEnv")
+    if TORCH_ENV_ID not in gym.registry:
+        gym.register(id=TORCH_ENV_ID, entry_point="rl_zerosync.envs.gym_twin:TradingGymEnv")
