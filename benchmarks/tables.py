@@ -32,10 +32,11 @@ def learner(r) -> str:
 
 
 def env_runner(r) -> str:
-    s = r["stock"]
     out = [_head(r), "| runner | envs × T | graph | env steps/s (sample) | env steps/s (sample_device) "
-           "| syncs/sample | event waits/sample |", "| --- | --- | --- | ---: | ---: | ---: | ---: |",
-           f"| stock SingleAgentEnvRunner (gym twin) | {s['envs']} envs | – | {s['env_steps_per_s']:,.0f} | – | – | – |"]
+           "| syncs/sample | event waits/sample |", "| --- | --- | --- | ---: | ---: | ---: | ---: |"]
+    for s in r.get("stock_runs") or [r["stock"]]:
+        who = f"stock SingleAgentEnvRunner × {s.get('runners', 1)} ({s.get('env', 'gym twin')})"
+        out.append(f"| {who} | {s['envs']} envs each | – | {s['env_steps_per_s']:,.0f} | – | – | – |")
     for x in r["rows"]:
         out.append(f"| GPUEnvRunner | {x['envs']:,} × {x['steps']} | {'on' if x['graph'] else 'off'} "
                    f"| {x['sample_env_steps_per_s']:,.0f} | {x['sample_device_env_steps_per_s']:,.0f} "
@@ -83,6 +84,54 @@ def e2e(r) -> str:
     return "\n".join(out)
 
 
+def _ci(x) -> str:
+    return f"[{x[0]:+.2f}, {x[1]:+.2f}]"
+
+
+def learning(r) -> str:
+    """Out-of-sample table: per budget the agent (best checkpoint by validation) vs the rules."""
+    out = [_head(r), "| budget | iterations | seeds | test Sharpe, mean [95% CI] | best rule (chosen on validation) "
+           "| agent − best rule [95% CI] | buy-and-hold | mean reversion | flat | train − test Sharpe |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for name, b in r["budgets"].items():
+        s = b["summary"]
+        rules = s["rules_test_sharpe_mean"]
+        best = {p["best_rule"] for p in b["per_seed"].values()}
+        out.append(f"| {name} | {b['iterations']:,} | {s['seeds']} | {s['test_sharpe_mean']:+.2f} {_ci(s['test_sharpe_ci95'])} "
+                   f"| {s['best_rule_test_sharpe_mean']:+.2f} ({', '.join(sorted(best))}) "
+                   f"| {s['agent_minus_best_rule_mean']:+.2f} {_ci(s['agent_minus_best_rule_ci95'])} "
+                   f"| {rules['buy_and_hold']:+.2f} | {rules['mean_reversion']:+.2f} | {rules['flat']:+.2f} "
+                   f"| {s['train_minus_test_sharpe_mean']:+.2f} |")
+    t = r.get("validation_timing")
+    if t:
+        out += ["", f"Validation pass, {t['assets']} assets × {t['validation_bars']:,} bars: "
+                f"{t['split_walk_s'] * 1e3:.0f} ms ({t['split_steps']} sequential steps in time splits; "
+                f"one whole walk {t['whole_walk_s']:.2f} s, the rules' walk once per run {t['rules_walk_s']:.1f} s)."]
+    real = r.get("real")
+    if real:
+        n = len(real["per_seed"])
+        out += ["", f"| real data ({real['config']}, {real['folds']} walk-forward folds, {n} seeds) | mean [95% CI] |",
+                "| --- | ---: |",
+                f"| agent test Sharpe (mean over folds) | {real['test_sharpe_mean']:+.2f} {_ci(real['test_sharpe_ci95'])} |",
+                f"| best rule chosen on validation | {real['best_rule_test_sharpe_mean']:+.2f} |",
+                f"| agent − best rule | {real['agent_minus_best_rule_mean']:+.2f} {_ci(real['agent_minus_best_rule_ci95'])} |",
+                f"| buy-and-hold | {real['buy_and_hold_test_sharpe_mean']:+.2f} |"]
+    return "\n".join(out)
+
+
+def learning_sweep(r) -> str:
+    out = [_head(r), "| variant (on top of the config) | seeds | best validation Sharpe | test Sharpe [95% CI] "
+           "| agent − best rule |", "| --- | ---: | ---: | ---: | ---: |"]
+    for name, v in r["sweep"].items():
+        if "summary" not in v:
+            out.append(f"| {name} | – | failed | – | – |")
+            continue
+        s = v["summary"]
+        out.append(f"| {name}: `{' '.join(v['overrides'])}` | {s['seeds']} | {s['best_validation_sharpe_mean']:+.2f} "
+                   f"| {s['test_sharpe_mean']:+.2f} {_ci(s['test_sharpe_ci95'])} | {s['agent_minus_best_rule_mean']:+.2f} |")
+    return "\n".join(out)
+
+
 def scaling(r) -> str:
     gpu = r.get("hardware", {}).get("gpu", "?")
     out = [_head(r).replace(gpu, f"{r.get('gpu_count', '?')} × {gpu}", 1),
@@ -113,7 +162,8 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--dir", default="benchmarks/results")
     d = Path(p.parse_args().dir)
-    for name, fn in (("learner", learner), ("env_runner", env_runner), ("e2e", e2e),
+    for name, fn in (("learning", learning), ("learning_sweep", learning_sweep),
+                     ("learner", learner), ("env_runner", env_runner), ("e2e", e2e),
                      ("kernels", kernels), ("env", env), ("scaling", scaling)):
         r = _load(d, name)
         if r is not None:

@@ -1,5 +1,5 @@
-"""Learning check (reduced CPU version of configs/local.yaml): the greedy policy must beat flat
-and buy-and-hold out of sample on the synthetic market."""
+"""Learning check (reduced CPU version of configs/local.yaml): the policy selected on validation
+(checkpoint_best) must beat flat and buy-and-hold out of sample on the synthetic market."""
 from __future__ import annotations
 
 import json
@@ -28,6 +28,10 @@ def test_local_config_learns_positive_out_of_sample_sharpe(tmp_path):
     report = json.loads((tmp_path / "learn" / "evaluation" / "metrics.json").read_text())
     summary = report["summary"]
     assert summary["segment"] == "test"
+    assert report["checkpoint"].endswith("checkpoint_best")  # selected on validation
+    rows = [json.loads(x) for x in (tmp_path / "learn" / "metrics.jsonl").read_text().splitlines()]
+    evals = {r["iteration"]: r["eval/validation_sharpe"] for r in rows if "eval/validation_sharpe" in r}
+    assert summary["checkpoint_iteration"] == max(evals, key=lambda i: (evals[i], -i))
     assert summary["sharpe"] > 0.0, summary
     assert summary["sharpe"] > summary["buy_and_hold_sharpe"], summary
     assert (tmp_path / "learn" / "evaluation" / "report.png").stat().st_size > 10_000
