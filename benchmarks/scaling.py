@@ -11,7 +11,7 @@ Two sections, each timed the same way for 1 and 2 GPUs:
   rollout (generator seed ``1000 + rank``; the learner's replay sampler is seeded ``seed + rank``),
   warms up (graph capture), then times ``--k`` updates with CUDA events; every rank is timed and
   the slowest counts. Every rank records its device and GPU (``per_rank``: ``device``,
-  ``cuda_index``, ``gpu_ids``, ``gpu_name``, ``gpu_uuid``), and rank r must be on ``cuda:r``. Per-learner batch fixed, so 2 learners train twice the transitions per update
+  ``cuda_index``, ``gpu_ids``, ``gpu_name``, ``gpu_uuid``), and the ranks must hold distinct GPUs (Ray GPU ids and UUIDs; inside a Ray actor the local device is always cuda:0). Per-learner batch fixed, so 2 learners train twice the transitions per update
   (global batch ``2 x B``). Variants: ours graphed (1 learner; 2 DDP learners over NCCL), ours
   eager DDP (2), and stock RLlib ``DQNTorchLearner.update`` on a device batch (1; 2 DDP learners),
   the baseline. Synchronizing CUDA calls per update are counted per rank (``warn`` mode).
@@ -92,13 +92,16 @@ def _device_record(learner) -> dict:
 
 
 def _check_devices(per_rank: list, cuda: bool) -> None:
-    """Every rank answered once, and on CUDA rank r runs on ``cuda:r`` (distinct GPUs)."""
+    """Every rank answered once, and on CUDA each rank has its own physical GPU: one Ray GPU id
+    each, all distinct, and distinct GPU UUIDs (inside a Ray actor CUDA_VISIBLE_DEVICES holds only that GPU,
+    so the local device is cuda:0 on every rank: the physical GPU is the Ray id / UUID)."""
     ranks = sorted(r["rank"] for r in per_rank)
     assert ranks == list(range(len(per_rank))), f"learner ranks {ranks}"
     if cuda:
-        for r in per_rank:
-            assert r["cuda_index"] == r["rank"], (
-                f"learner rank {r['rank']} runs on {r['device']} (Ray GPU ids {r['gpu_ids']}), expected cuda:{r['rank']}")
+        ids = [tuple(str(g) for g in r["gpu_ids"]) for r in per_rank]
+        assert all(len(i) == 1 for i in ids) and len(set(ids)) == len(ids), f"learner Ray GPU ids {ids}"
+        uuids = [r["gpu_uuid"] for r in per_rank]
+        assert len(set(uuids)) == len(uuids), f"learner ranks share a GPU: {uuids}"
 
 
 def _ours_in_actor(learner, *, k: int, repeats: int, capacity: int) -> dict:

@@ -142,6 +142,12 @@ def scaling(r) -> str:
         out.append(f"| {x['variant']} | {x['gpus']} | {x['us_per_update']:.0f} | {x['trained_per_s']:,.0f} "
                    f"| {x['syncs_per_update']:.0f} |")
     c = r["config"]
+    sm = r["summary"]
+    if not r.get("e2e"):
+        out += ["", f"Learner scaling efficiency, 2 GPUs: {sm['learner_scaling_efficiency_2gpu']:.2f} (stock "
+                f"{sm['stock_learner_scaling_efficiency_2gpu']:.2f}); our DDP update is "
+                f"{sm['ddp_update_speedup_vs_stock']:.1f}× stock's DDP update."]
+        return "\n".join(out)
     out += ["", f"**End to end** (per GPU: 1 GPU env runner × {c['envs']:,} envs × T={c['rollout']} + 1 learner, "
             f"replay ratio {c['replay_ratio']}; median seconds per iteration phase):\n",
             "| GPUs | env steps/s | updates/s | trained transitions/s | sample | add | train | sync weights | placement (runners / learners) |",
@@ -164,7 +170,7 @@ def main() -> None:
     d = Path(p.parse_args().dir)
     for name, fn in (("learning", learning), ("learning_sweep", learning_sweep),
                      ("learner", learner), ("env_runner", env_runner), ("e2e", e2e),
-                     ("kernels", kernels), ("env", env), ("scaling", scaling)):
+                     ("kernels", kernels), ("env", env), ("scaling", scaling), ("scaling_learner", scaling)):
         r = _load(d, name)
         if r is not None:
             print(f"### {name}\n\n{fn(r)}\n")
