@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> dict:
         "versions": versions(),
         "config": config,
         "batched": rows,
-        "twin": {"device": "cpu", "steps_per_s": twin},
+        "twin": {"device": "cpu", "env": "torch twin", "steps_per_s": twin},  # TradingGymEnv
         "summary": summary,
     }
 

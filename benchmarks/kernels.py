@@ -9,6 +9,9 @@ fraction of ``eager_us``; Q-stats beats its torch twin at 1M rows because it rea
 makes several passes and allocates temporaries).
 
 A "launch" of qstats is one call (two kernels: per-block partials, then the final reduction).
+``guard_record`` is the fused kernel the learner launches once per update (``TrainingGuard.record``:
+``guard_accumulate`` + the Q-stats aggregate + first-trigger records + the update index); its twin
+is ``reference.guard_record`` (about a dozen small torch ops).
 
 Writes a JSON file (``--out``, default ``benchmarks/results/kernels.json``) with the date, hardware,
 versions, config, every measurement and a top-level ``summary`` holding
@@ -30,9 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import hardware, time_cuda_seconds, time_host_seconds, versions, write_json  # noqa: E402
 from rl_zerosync.kernels import Kernels, get_kernels, qstats_scratch_numel  # noqa: E402
+from rl_zerosync.kernels.validate import GUARD_CHECKS, GUARD_RECORD_FIELDS  # noqa: E402
 
-KERNEL_NAMES = ("guard_check", "guard_accumulate", "qstats", "divergence", "epsilon_greedy", "branching_select",
-                "route")
+KERNEL_NAMES = ("guard_check", "guard_accumulate", "guard_record", "qstats", "divergence", "epsilon_greedy",
+                "branching_select", "route")
 
 
 def make_launchers(k: Kernels, device: torch.device, *, envs: int, actions: int, q_rows: int) -> dict[str, Callable]:
@@ -51,11 +55,18 @@ def make_launchers(k: Kernels, device: torch.device, *, envs: int, actions: int,
     act = lambda: torch.zeros(envs, dtype=torch.int64, device=device)  # noqa: E731
     pos = lambda: (torch.rand(envs, generator=g) + 0.5).to(device)  # noqa: E731
     i32 = lambda: torch.zeros(1, dtype=torch.int32, device=device)  # noqa: E731
+    f64 = lambda *shape: torch.zeros(*shape, dtype=torch.float64, device=device)  # noqa: E731
     exposure = torch.randint(0, 5, (envs,), generator=g).to(device)
+    qrec = torch.tensor([-1.0, 2.0, 0.5, 0.1, 0.0], **f)  # a Q-stats output: min, max, mean row-max, mean, nan flag
+    qagg = torch.tensor([float("inf"), float("-inf"), 0.0, 0.0, 0.0], dtype=torch.float64, **f)
     return {
         "guard_check": k.bind_guard_check(loss, gn, scalar(1.0), flags, cl, ls, fi, loss_clip=1e6,
                                           collapse_threshold=1e-6),
         "guard_accumulate": k.bind_guard_accumulate(cl, gn, flags, torch.zeros(6, dtype=torch.float64, device=device)),
+        # the learner's per-update launch (learner/guard.py TrainingGuard.record): accumulate, fold the
+        # Q stats into the iteration aggregate, first-trigger records, bump the update index
+        "guard_record": k.bind_guard_record(cl, loss, gn, flags, qrec, i32(), f64(6), qagg,
+                                            f64(GUARD_CHECKS, GUARD_RECORD_FIELDS), f64(1)),
         "qstats": k.bind_qstats(q, qout, scratch),
         "divergence": k.bind_divergence(qout, i32(), i32(), threshold=1e4, patience=3),
         "epsilon_greedy": k.bind_epsilon_greedy(qsel, eps, step, act(), seed=1),

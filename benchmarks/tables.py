@@ -1,12 +1,21 @@
-"""Print the README's performance tables (markdown) from ``benchmarks/results/*.json``.
+"""Print the README's results tables (markdown) from ``benchmarks/results/*.json``.
 
 How to run: ``python benchmarks/tables.py [--dir benchmarks/results]``.
+
+Every table in the README's "Results" section is printed here, from the JSON named in
+:data:`TABLES`, with the README's labels; ``tests/test_readme_tables.py`` checks that each printed
+table (a block of lines starting with ``|``) is in the README verbatim and that the README's results
+section has no other table. Each block starts with a line naming the run's date, GPU and versions.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
+from typing import Callable, Dict, Optional
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _load(d: Path, name: str):
@@ -14,80 +23,30 @@ def _load(d: Path, name: str):
     return json.loads(p.read_text()) if p.is_file() else None
 
 
-def _head(r: dict) -> str:
+def _head(r: dict, gpu: Optional[str] = None) -> str:
+    """``_date · GPU · versions_``: the line each printed block starts with."""
     hw = r.get("hardware", {})
     v = r.get("versions", {})
-    gpu = hw.get("gpu") or hw.get("gpu_name") or "?"
-    ver = ", ".join(f"{k} {v[k]}" for k in ("torch", "ray", "cupy") if k in v)
-    return f"_{r.get('date', '?')} · {gpu}{' · ' + ver if ver else ''}_\n"
+    gpu = gpu or hw.get("gpu") or hw.get("gpu_name") or "CPU (no GPU)"
+    ver = ", ".join(f"{k} {v[k]}" for k in ("torch", "ray", "cupy")
+                    if k in v and not str(v[k]).startswith(("unavailable", "not installed")))
+    return f"_{str(r.get('date', '?'))[:10]} · {gpu}{' · ' + ver if ver else ''}_\n"
 
 
-def learner(r) -> str:
-    out = [_head(r), "| variant | batch | median µs/update | updates/s | syncs/update | × stock |",
-           "| --- | ---: | ---: | ---: | ---: | ---: |"]
-    for x in r["results"]:
-        out.append(f"| {x['variant']} | {x['batch_size']} | {x['median_us']:.0f} | {x['updates_per_s']:,.0f} "
-                   f"| {x['syncs_per_update']:.2f} | {x['speedup_vs_stock']:.1f} |")
-    return "\n".join(out)
+def _num(x: Optional[float], fmt: str = ",.0f") -> str:
+    return "–" if x is None else format(x, fmt)
 
 
-def env_runner(r) -> str:
-    out = [_head(r), "| runner | envs × T | graph | env steps/s (sample) | env steps/s (sample_device) "
-           "| syncs/sample | event waits/sample |", "| --- | --- | --- | ---: | ---: | ---: | ---: |"]
-    for s in r.get("stock_runs") or [r["stock"]]:
-        who = f"stock SingleAgentEnvRunner × {s.get('runners', 1)} ({s.get('env', 'gym twin')})"
-        out.append(f"| {who} | {s['envs']} envs each | – | {s['env_steps_per_s']:,.0f} | – | – | – |")
-    for x in r["rows"]:
-        out.append(f"| GPUEnvRunner | {x['envs']:,} × {x['steps']} | {'on' if x['graph'] else 'off'} "
-                   f"| {x['sample_env_steps_per_s']:,.0f} | {x['sample_device_env_steps_per_s']:,.0f} "
-                   f"| {x['syncs_per_sample']} | {x['event_waits_per_sample']} |")
-    return "\n".join(out)
-
-
-def kernels(r) -> str:
-    out = [_head(r), "| kernel | torch twin eager µs | CuPy kernel eager µs | in a CUDA graph µs |",
-           "| --- | ---: | ---: | ---: |"]
-    for x in r["launch"]:
-        out.append(f"| {x['kernel']} | {x['twin_eager_us']:.1f} | {x['eager_us']:.1f} | {x['graph_us']:.2f} |")
-    out += ["", "| Q-stats rows × 45 | twin µs | kernel µs | kernel GB/s | × twin |", "| ---: | ---: | ---: | ---: | ---: |"]
-    for x in r["qstats"]:
-        out.append(f"| {x['rows']:,} | {x['twin_us']:.0f} | {x['kernel_us']:.0f} | {x['kernel_gb_per_s']:.0f} "
-                   f"| {x['speedup_vs_twin']:.1f} |")
-    return "\n".join(out)
-
-
-def env(r) -> str:
-    out = [_head(r), "| envs | eager env steps/s | graphed env steps/s |", "| ---: | ---: | ---: |"]
-    for x in r["batched"]:
-        out.append(f"| {x['num_envs']:,} | {x['env_steps_per_s']:,.0f} | {x.get('graph_env_steps_per_s', 0):,.0f} |")
-    out.append(f"| gymnasium twin (1 env, CPU) | {r['twin']['steps_per_s']:,.0f} | – |")
-    return "\n".join(out)
-
-
-def e2e(r) -> str:
-    s = r["summary"]
-    o, k = r["ours"], r["stock"]
-
-    def first(curve, target):
-        return next((p["train_s"] for p in curve if p["val_sharpe"] >= target), None)
-
-    out = [_head(r), "| | env steps/s | updates/s | train s to val Sharpe ≥ target | best val Sharpe |",
-           "| --- | ---: | ---: | ---: | ---: |"]
-    for name, x in (("ZeroSyncDQN (local.yaml)", o), ("stock RLlib DQN", k)):
-        t = first(x["curve"], s["target_val_sharpe"])
-        best = max(p["val_sharpe"] for p in x["curve"])
-        out.append(f"| {name} | {x['env_steps'] / x['train_s']:,.0f} | {x['updates'] / x['train_s']:,.1f} "
-                   f"| {f'{t:.1f}' if t is not None else 'not reached'} | {best:.2f} |")
-    out.append("")
-    out.append(f"target val Sharpe {s['target_val_sharpe']:.2f}; test Sharpe of our final policy "
-               f"{s['out_of_sample_sharpe']:.2f} (flat 0.00, buy-and-hold {s['test_buy_and_hold_sharpe']:.2f})")
-    return "\n".join(out)
+def _rate(x: Optional[float]) -> str:
+    """Thousands separators from 100 up, one decimal below (1,159 and 1.9)."""
+    return "–" if x is None else (f"{x:,.0f}" if abs(x) >= 100 else f"{x:,.1f}")
 
 
 def _ci(x) -> str:
     return f"[{x[0]:+.2f}, {x[1]:+.2f}]"
 
 
+# -------------------------------------------------------------------------------- out of sample
 def learning(r) -> str:
     """Out-of-sample table: per budget the agent (best checkpoint by validation) vs the rules."""
     out = [_head(r), "| budget | iterations | seeds | test Sharpe, mean [95% CI] | best rule (chosen on validation) "
@@ -119,61 +78,316 @@ def learning(r) -> str:
     return "\n".join(out)
 
 
-def learning_sweep(r) -> str:
+SWEEP_LABELS = {
+    "as_shipped_before": "as shipped before (fixed training segment, window 16, Adam)",
+    "fresh_data": "fresh series every 10 iterations",
+    "fresh_window64": "fresh + window 64",
+    "fresh_window64_layernorm": "fresh + window 64 + LayerNorm",
+    "fresh_window64_layernorm_wd": "fresh + window 64 + LayerNorm + AdamW 1e-4",
+    "fixed_window64_layernorm": "fixed training segment + window 64 + LayerNorm",
+}
+"""Human labels of the ``learning_sweep.json`` variants (their overrides are in the JSON)."""
+
+
+def _matches(overrides, config: Optional[dict]) -> bool:
+    """True when every ``section.key=value`` override holds in ``config`` (a parsed YAML)."""
+    import yaml
+
+    if not config:
+        return False
+    for item in overrides:
+        path, value = item.split("=", 1)
+        node = config
+        for key in path.split("."):
+            if not isinstance(node, dict) or key not in node:
+                return False
+            node = node[key]
+        if node != yaml.safe_load(value):
+            return False
+    return True
+
+
+def _local_yaml() -> Optional[dict]:
+    import yaml
+
+    p = REPO / "configs" / "local.yaml"
+    return yaml.safe_load(p.read_text()) if p.is_file() else None
+
+
+def learning_sweep(r, current: Optional[dict] = None) -> str:
+    """The variants that chose ``local.yaml``; the one ``current`` (default: configs/local.yaml) matches in bold."""
+    current = _local_yaml() if current is None else current
     out = [_head(r), "| variant (on top of the config) | seeds | best validation Sharpe | test Sharpe [95% CI] "
            "| agent − best rule |", "| --- | ---: | ---: | ---: | ---: |"]
     for name, v in r["sweep"].items():
+        label = SWEEP_LABELS.get(name, f"{name}: `{' '.join(v['overrides'])}`")
+        if _matches(v["overrides"], current):
+            label = f"**{label} (local.yaml now)**"
         if "summary" not in v:
-            out.append(f"| {name} | – | failed | – | – |")
+            out.append(f"| {label} | – | failed | – | – |")
             continue
         s = v["summary"]
-        out.append(f"| {name}: `{' '.join(v['overrides'])}` | {s['seeds']} | {s['best_validation_sharpe_mean']:+.2f} "
-                   f"| {s['test_sharpe_mean']:+.2f} {_ci(s['test_sharpe_ci95'])} | {s['agent_minus_best_rule_mean']:+.2f} |")
+        out.append(f"| {label} | {s['seeds']} | {s['best_validation_sharpe_mean']:+.2f} "
+                   f"| {s['test_sharpe_mean']:+.2f} {_ci(s['test_sharpe_ci95'])} "
+                   f"| {s['agent_minus_best_rule_mean']:+.2f} |")
     return "\n".join(out)
+
+
+# ------------------------------------------------------------------------------------- learner
+LEARNER_LABELS = {"stock": "stock", "ours_eager": "ours, eager", "ours_graph": "ours, CUDA graph"}
+
+
+def learner(r) -> str:
+    out = [_head(r), "| variant | batch | median µs/update | updates/s | syncs/update | × stock |",
+           "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for x in r["results"]:
+        syncs = "n/a" if x["syncs_per_update"] is None else f"{x['syncs_per_update']:.2f}"
+        out.append(f"| {LEARNER_LABELS.get(x['variant'], x['variant'])} | {x['batch_size']:,} | {x['median_us']:,.0f} "
+                   f"| {x['updates_per_s']:,.0f} | {syncs} | {x['speedup_vs_stock']:.1f} |")
+    return "\n".join(out)
+
+
+SYNC_SITES = {
+    "ray/rllib/core/learner/torch/torch_learner.py:204": "`not torch.isfinite(grad).all()` per parameter (NaN check)",
+    "ray/rllib/core/learner/torch/torch_learner.py:263": "`all(torch.isfinite(param.grad).all() ...)` per parameter "
+                                                         "(before `optim.step()`)",
+    "ray/rllib/utils/metrics/stats/series.py:269": "`if torch.all(torch.isnan(stacked))` per mean metric "
+                                                   "in `metrics.reduce()`",
+    "ray/rllib/utils/metrics/stats/utils.py:38": "`value.detach().cpu()` per mean metric (then `.item()` on the host)",
+    "ray/rllib/utils/metrics/stats/utils.py:65": "`stacked.detach().cpu()` of the TD errors (then `.tolist()`)",
+}
+"""What each sync site of ``stock_syncs.json`` does (sites not listed print their kind and source)."""
+
+SYNC_LEARNERS = {"learner_bench_stock": "learner.py stock row", "cartpole_dqn": "CartPole DQN",
+                 "cartpole_dqn_skipnan": "CartPole, `torch_skip_nan_gradients`"}
+
+
+def _count(x: float) -> str:
+    return f"{x:.0f}" if abs(x - round(x)) < 1e-9 else f"{x:.2f}"
+
+
+def stock_syncs(r) -> str:
+    """Per sync site of stock's update, the count per update of each probed learner."""
+    ls = r["learners"]
+    names = list(ls)
+    sites: Dict[str, dict] = {}
+    for name in names:
+        for s in ls[name]["sites"]:
+            key = s["site"]
+            sites.setdefault(key, {"desc": SYNC_SITES.get(key, f"`{s['kind']}`: `{s['code'][:60]}`"), "n": {}})
+            sites[key]["n"][name] = sites[key]["n"].get(name, 0.0) + s["per_update"]
+
+    def order(site: str):
+        path, _, line = site.rpartition(":")
+        return path, int(line) if line.isdigit() else 0
+
+    head = " | ".join(f"{SYNC_LEARNERS.get(n, n)} ({ls[n]['param_tensors']} params)" for n in names)
+    out = [_head(r, gpu="CPU sync probe"), f"| sync site (`file:line`, RLlib 2.60) | call | {head} |",
+           "| --- | --- | " + " | ".join("---:" for _ in names) + " |"]
+    for site in sorted(sites, key=order):
+        v = sites[site]
+        out.append(f"| `{site.removeprefix('ray/rllib/')}` | {v['desc']} | "
+                   + " | ".join(_count(v["n"].get(n, 0.0)) for n in names) + " |")
+    out.append("| **total per update** | | " + " | ".join(f"**{_count(ls[n]['syncs_per_update'])}**" for n in names)
+               + " |")
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------- env runner
+def env_runner(r) -> str:
+    out = [_head(r), "| runner | envs × T | graph | env steps/s (`sample`) | env steps/s (`sample_device`) "
+           "| syncs/sample | event waits/sample |", "| --- | --- | --- | ---: | ---: | ---: | ---: |"]
+    cores = r.get("hardware", {}).get("cpu_count")
+    for s in r.get("stock_runs") or [r["stock"]]:
+        n, what = s.get("runners", 1), s.get("env", "gym twin")
+        if what == "torch twin":
+            what += ", reference only"
+        elif n > 1 and n == cores:
+            what += ", one per core"
+        out.append(f"| stock SingleAgentEnvRunner × {n} ({what}) | {s['envs']} envs each | – "
+                   f"| {s['env_steps_per_s']:,.0f} | – | – | – |")
+    for x in r["rows"]:
+        out.append(f"| GPUEnvRunner | {x['envs']:,} × {x['steps']} | {'on' if x['graph'] else 'off'} "
+                   f"| {x['sample_env_steps_per_s']:,.0f} | {x['sample_device_env_steps_per_s']:,.0f} "
+                   f"| {x['syncs_per_sample']} | {x['event_waits_per_sample']} |")
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------------------------------ e2e
+def _first(curve, target):
+    return next((p["train_s"] for p in curve if p["val_sharpe"] >= target), None)
+
+
+def e2e(r) -> str:
+    """The end-to-end table: format 1 (one seed, untuned stock) or 2 (seeds, tuned stock + sweep)."""
+    return e2e_seeds(r) if r.get("format", 1) >= 2 else e2e_v1(r)
+
+
+def e2e_v1(r) -> str:
+    s = r["summary"]
+    target = s["target_val_sharpe"]
+    out = [_head(r), f"| | env steps/s | updates/s | train s to val Sharpe ≥ {target:.2f} | best val Sharpe |",
+           "| --- | ---: | ---: | ---: | ---: |"]
+    for name, x in (("ZeroSyncDQN (local.yaml)", r["ours"]), ("stock RLlib DQN", r["stock"])):
+        t = _first(x["curve"], target)
+        best = max(p["val_sharpe"] for p in x["curve"])
+        out.append(f"| {name} | {_rate(x['env_steps'] / x['train_s'])} | {_rate(x['updates'] / x['train_s'])} "
+                   f"| {f'{t:.1f}' if t is not None else 'not reached'} | {best:.2f} |")
+    out += ["", f"target val Sharpe {target:.2f}; test Sharpe of our final policy "
+            f"{s['out_of_sample_sharpe']:.2f} (flat 0.00, buy-and-hold {s['test_buy_and_hold_sharpe']:.2f})"]
+    return "\n".join(out)
+
+
+def _spread(x: Optional[dict], fmt: Callable[[float], str]) -> str:
+    if x is None:
+        return "–"
+    if x["n"] == 1:
+        return fmt(x["median"])
+    return f"{fmt(x['median'])} [{fmt(x['min'])}, {fmt(x['max'])}]"
+
+
+def e2e_seeds(r) -> str:
+    s, c = r["summary"], r["config"]
+    ch = r["stock_tuned"]["chosen"]
+    n = c["seeds"]
+    cfg = Path(c.get("config", "local.yaml")).name
+    runners = f"{ch['num_env_runners']} runners" if ch["num_env_runners"] else "the local runner"
+    stock_name = (f"stock RLlib DQN, tuned (fragment {ch['rollout_fragment_length']}, "
+                  f"{runners} × {ch['envs_per_runner']} envs)")
+    out = [_head(r), f"| median [range] over {n} seeds | env steps/s | updates/s "
+           f"| train s to val Sharpe ≥ {s['target_val_sharpe']:.2f} | best val Sharpe | test Sharpe |",
+           "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    if "ours" not in s:  # a --sweep-only run: the sweep alone
+        out = [_head(r).rstrip("\n")]
+    for name, x in ((f"ZeroSyncDQN ({cfg})", s["ours"]), (stock_name, s["stock"])) if "ours" in s else ():
+        t = _spread(x["time_to_target_s"], lambda v: f"{v:.1f}")
+        t = f"{t} ({x['reached_target']}/{n} reached)" if x["reached_target"] else f"not reached (0/{n})"
+        two = lambda v: f"{v:.2f}"  # noqa: E731
+        out.append(f"| {name} | {_spread(x['env_steps_per_s'], _rate)} | {_spread(x['updates_per_s'], _rate)} "
+                   f"| {t} | {_spread(x['best_val_sharpe'], two)} | {_spread(x['test_sharpe'], two)} |")
+    out += ["", "| stock sweep point (seed 0): fragment × runners × envs | env steps/s | updates/s | replay ratio "
+            "| sustained env steps/s |", "| --- | ---: | ---: | ---: | ---: |"]
+    for p in r["stock_tuned"]["sweep"]:
+        key = (p["rollout_fragment_length"], p["num_env_runners"], p["envs_per_runner"])
+        chosen = key == (ch["rollout_fragment_length"], ch["num_env_runners"], ch["envs_per_runner"])
+        label = f"{key[0]} × {key[1]} × {key[2]}" + (" (chosen)" if chosen else "")
+        out.append(f"| {label} | {_rate(p['env_steps_per_s'])} | {_rate(p['updates_per_s'])} "
+                   f"| {_num(p['replay_ratio_achieved'], '.2f')} | {_rate(p['sustained_env_steps_per_s'])} |")
+
+    def x(v):
+        return "–" if v is None else f"{v:,.0f}×" if v >= 10 else f"{v:.1f}×"
+
+    if "ours" not in s:
+        return "\n".join(out)
+    lb = " (lower bound: stock did not reach the target in every seed)" if s["time_to_target_is_lower_bound"] else ""
+    out += ["", f"Ratios of the medians, ours / tuned stock: env steps/s {x(s['env_steps_per_s_speedup'])}, "
+            f"updates/s {x(s['updates_per_s_speedup'])}, time to target {x(s['time_to_target_speedup'])}{lb}; "
+            f"target = {s['target_rule']} on validation ({s['target_val_sharpe']:.2f}); test buy-and-hold "
+            f"{_num(s['test_buy_and_hold_sharpe'], '.2f')}, flat 0.00."]
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------------------ kernels and env
+def kernels(r) -> str:
+    out = [_head(r), "| kernel | torch twin, eager µs | CuPy kernel, eager µs | kernel in a CUDA graph µs |",
+           "| --- | ---: | ---: | ---: |"]
+    for x in r["launch"]:
+        out.append(f"| {x['kernel']} | {_num(x['twin_eager_us'], '.1f')} | {_num(x['eager_us'], '.1f')} "
+                   f"| {_num(x['graph_us'], '.2f')} |")
+    a = r.get("config", {}).get("qstats_actions", 45)
+    out += ["", f"| Q-stats rows × {a} | torch twin µs | kernel µs | kernel GB/s | × twin |",
+            "| ---: | ---: | ---: | ---: | ---: |"]
+    for x in r["qstats"]:
+        out.append(f"| {x['rows']:,} | {x['twin_us']:,.0f} | {_num(x['kernel_us'], '.0f')} "
+                   f"| {_num(x['kernel_gb_per_s'], ',.0f')} | {_num(x['speedup_vs_twin'], '.1f')} |")
+    return "\n".join(out)
+
+
+def env(r) -> str:
+    out = [_head(r), "| envs | raw env steps/s, eager | in a CUDA graph |", "| ---: | ---: | ---: |"]
+    for x in r["batched"]:
+        out.append(f"| {x['num_envs']:,} | {x['env_steps_per_s']:,.0f} | {_num(x.get('graph_env_steps_per_s'))} |")
+    # env.py steps TradingGymEnv, the torch twin (the numpy twin is timed in env_runner.json)
+    out.append(f"| {r['twin'].get('env', 'torch twin')} (1 env, CPU) | {r['twin']['steps_per_s']:,.0f} | – |")
+    return "\n".join(out)
+
+
+# -------------------------------------------------------------------------------------- scaling
+def _scaling_head(r) -> str:
+    gpu = r.get("hardware", {}).get("gpu", "?")
+    return _head(r, gpu=f"{r.get('gpu_count', '?')} × {gpu}")
 
 
 def scaling(r) -> str:
-    gpu = r.get("hardware", {}).get("gpu", "?")
-    out = [_head(r).replace(gpu, f"{r.get('gpu_count', '?')} × {gpu}", 1),
-           "**Learner alone** (per-learner batch {b}, 2×256 MLP; slowest rank):\n".format(
-               b=r["config"]["batch"]),
-           "| variant | GPUs | µs/update | trained transitions/s | syncs/update |", "| --- | ---: | ---: | ---: | ---: |"]
-    for x in r["learner"]:
-        out.append(f"| {x['variant']} | {x['gpus']} | {x['us_per_update']:.0f} | {x['trained_per_s']:,.0f} "
-                   f"| {x['syncs_per_update']:.0f} |")
-    c = r["config"]
-    sm = r["summary"]
+    """End-to-end weak scaling (``scaling.json``); a learner-only run prints :func:`scaling_learner`."""
     if not r.get("e2e"):
-        out += ["", f"Learner scaling efficiency, 2 GPUs: {sm['learner_scaling_efficiency_2gpu']:.2f} (stock "
-                f"{sm['stock_learner_scaling_efficiency_2gpu']:.2f}); our DDP update is "
-                f"{sm['ddp_update_speedup_vs_stock']:.1f}× stock's DDP update."]
-        return "\n".join(out)
-    out += ["", f"**End to end** (per GPU: 1 GPU env runner × {c['envs']:,} envs × T={c['rollout']} + 1 learner, "
-            f"replay ratio {c['replay_ratio']}; median seconds per iteration phase):\n",
-            "| GPUs | env steps/s | updates/s | trained transitions/s | sample | add | train | sync weights | placement (runners / learners) |",
-            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+        return scaling_learner(r)
+    out = [_scaling_head(r), "| GPUs | env steps/s | updates/s | trained transitions/s "
+           "| iteration: sample / add / train / sync weights (ms) |", "| ---: | ---: | ---: | ---: | --- |"]
     for x in r["e2e"]:
         ph = x["phase_median_s"]
-        place = f"{x['placement']['runners']} / {x['placement']['learners']}".replace("'", "")
-        out.append(f"| {x['gpus']} | {x['env_steps_per_s']:,.0f} | {x['updates_per_s']:,.0f} | {x['trained_per_s']:,.0f} "
-                   f"| {ph['sample']:.3f} | {ph['add']:.3f} | {ph['train']:.3f} | {ph['sync_weights']:.3f} | {place} |")
+        ms = " / ".join(f"{ph[k] * 1e3:.0f}" for k in ("sample", "add", "train", "sync_weights"))
+        out.append(f"| {x['gpus']} | {x['env_steps_per_s']:,.0f} | {x['updates_per_s']:,.0f} "
+                   f"| {x['trained_per_s']:,.0f} | {ms} |")
     sm = r["summary"]
-    out += ["", f"Scaling efficiency, 2 GPUs: end to end **{sm['scaling_efficiency_2gpu']:.2f}**, learner alone "
-            f"{sm['learner_scaling_efficiency_2gpu']:.2f} (stock RLlib learner {sm['stock_learner_scaling_efficiency_2gpu']:.2f}); "
-            f"our DDP update is {sm['ddp_update_speedup_vs_stock']:.1f}× stock's DDP update."]
+    out += ["", f"Scaling efficiency with 2 GPUs: **{sm['scaling_efficiency_2gpu']:.2f}** end to end."]
     return "\n".join(out)
+
+
+def _scaling_label(variant: str, gpus: int) -> str:
+    if variant == "stock":
+        return "stock DQNTorchLearner" + (", DDP" if gpus > 1 else "")
+    if variant == "ours_graph":
+        return "ours, CUDA graph" + (", DDP (NCCL)" if gpus > 1 else "")
+    if variant == "ours_eager":
+        return "ours, eager" + (" DDP" if gpus > 1 else "")
+    return variant
+
+
+def scaling_learner(r) -> str:
+    """Learner alone on 1 and 2 GPUs (``scaling_learner.json``)."""
+    out = [_scaling_head(r), "| learner | GPUs | µs/update | trained transitions/s | syncs/update |",
+           "| --- | ---: | ---: | ---: | ---: |"]
+    for x in r["learner"]:
+        out.append(f"| {_scaling_label(x['variant'], x['gpus'])} | {x['gpus']} | {x['us_per_update']:,.0f} "
+                   f"| {x['trained_per_s']:,.0f} | {x['syncs_per_update']:.0f} |")
+    sm = r["summary"]
+    out += ["", f"Learner scaling efficiency, 2 GPUs: {sm['learner_scaling_efficiency_2gpu']:.2f} (stock "
+            f"{sm['stock_learner_scaling_efficiency_2gpu']:.2f}); our DDP update is "
+            f"{sm['ddp_update_speedup_vs_stock']:.1f}× stock's DDP update."]
+    return "\n".join(out)
+
+
+# ----------------------------------------------------------------------------------------- main
+TABLES = (
+    ("learning", learning), ("learning_sweep", learning_sweep), ("e2e", e2e), ("learner", learner),
+    ("stock_syncs", stock_syncs), ("env_runner", env_runner), ("scaling", scaling),
+    ("scaling_learner", scaling_learner), ("kernels", kernels), ("env", env),
+)
+"""(JSON name in the results folder, printer), in README order."""
+
+
+def render(d: Path | str = REPO / "benchmarks" / "results") -> Dict[str, str]:
+    """``{json name: printed markdown}`` for every JSON of :data:`TABLES` present in ``d``."""
+    d = Path(d)
+    out = {}
+    for name, fn in TABLES:
+        r = _load(d, name)
+        if r is not None:
+            out[name] = fn(r)
+    return out
+
+
+def table_blocks(text: str) -> list:
+    """The markdown tables of ``text``: each a maximal run of lines starting with ``|``, joined."""
+    return [m.group(0) for m in re.finditer(r"(?m)^\|.*(?:\n\|.*)*", text)]
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--dir", default="benchmarks/results")
-    d = Path(p.parse_args().dir)
-    for name, fn in (("learning", learning), ("learning_sweep", learning_sweep),
-                     ("learner", learner), ("env_runner", env_runner), ("e2e", e2e),
-                     ("kernels", kernels), ("env", env), ("scaling", scaling), ("scaling_learner", scaling)):
-        r = _load(d, name)
-        if r is not None:
-            print(f"### {name}\n\n{fn(r)}\n")
+    p.add_argument("--dir", default=str(REPO / "benchmarks" / "results"))
+    for name, text in render(p.parse_args().dir).items():
+        print(f"### {name}\n\n{text}\n")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """``rl-zerosync`` (also ``python -m rl_zerosync``): train, evaluate, bench.
 
-    rl-zerosync train --config configs/local.yaml [--set section.key=value ...] [--resume DIR]
+    rl-zerosync train --config configs/local.yaml [--set section.key=value ...] [--resume DIR | --overwrite]
     rl-zerosync train --config FILE --seeds 0,1,2,3,4 [--parallel N]
     rl-zerosync evaluate --checkpoint DIR [--which best|last] [--data FILE] [--out DIR]
     rl-zerosync evaluate --walk-forward K --config FILE [--set section.key=value ...] [--out DIR]
@@ -9,8 +9,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 
 BENCHMARKS = ("kernels", "env", "learner", "env_runner", "e2e", "scaling")
@@ -18,6 +20,9 @@ BENCHMARKS = ("kernels", "env", "learner", "env_runner", "e2e", "scaling")
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rl-zerosync", description="Zero-sync DQN trading on Ray RLlib.")
+    p.add_argument("--debug", action="store_true",
+                   help="full tracebacks instead of one-line errors (also accepted after the command; "
+                        "or set RL_ZEROSYNC_DEBUG=1)")
     sub = p.add_subparsers(dest="command", required=True)
 
     t = sub.add_parser("train", help="train from a YAML config")
@@ -25,7 +30,10 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a setting, e.g. --set run.iterations=5 (repeatable)")
     t.add_argument("--resume", default=None, metavar="DIR",
-                   help="run or checkpoint directory to continue from")
+                   help="run or checkpoint directory to continue from (its newest undamaged checkpoint)")
+    t.add_argument("--overwrite", action="store_true",
+                   help="clear the run directory's outputs (metrics, TensorBoard, checkpoints, evaluation) "
+                        "first; without it or --resume a directory that holds a run is refused")
     t.add_argument("--seeds", default=None, metavar="S0,S1,...",
                    help="train once per seed into <dir>/<name>/seed<k>/ and write <dir>/<name>/seeds.json")
     t.add_argument("--parallel", type=int, default=1, metavar="N",
@@ -46,6 +54,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="K rolling train/validation/test folds in time order of --config's file data: "
                         "retrain per fold, test metrics per fold and pooled -> walk_forward.json")
     e.add_argument("--config", default=None, help="YAML settings file (with --walk-forward)")
+    e.add_argument("--overwrite", action="store_true",
+                   help="with --walk-forward: retrain folds whose run directories already hold a run")
     e.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a setting of --config (repeatable; with --walk-forward)")
 
@@ -85,7 +95,7 @@ def _walk_forward(args) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     try:
-        report = walk_forward(settings, args.walk_forward, out_dir=args.out)
+        report = walk_forward(settings, args.walk_forward, out_dir=args.out, overwrite=args.overwrite)
     except WalkForwardError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -96,8 +106,75 @@ def _walk_forward(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    """The command line (see the module doc), behind one error handler.
+
+    Input errors (a bad setting, bad data, a GPU request this machine cannot meet: ``ValueError``
+    and its subclasses, ``FileNotFoundError``, the run-directory and checkpoint errors) print one
+    line ``error: <file>: <what>`` to stderr and return 2; ``--debug`` (anywhere on the line) or
+    ``RL_ZEROSYNC_DEBUG=1`` prints the full traceback first. ``train`` and ``evaluate
+    --walk-forward`` run :func:`rl_zerosync.preflight.check` on the loaded settings before anything
+    else, so these errors come before Ray starts. Other exceptions propagate unchanged.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or os.environ.get("RL_ZEROSYNC_DEBUG", "") not in ("", "0")
+    args = _parser().parse_args([a for a in argv if a != "--debug"])
+    args.debug = debug
+    try:
+        _preflight(args)
+        return _command(args)
+    except KeyboardInterrupt:
+        if debug:
+            traceback.print_exc()
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # noqa: BLE001 - sorted into input errors (one line) and the rest
+        if not _input_error(err):
+            raise
+        if debug:
+            traceback.print_exc()
+        print(f"error: {_one_line(err)}", file=sys.stderr)
+        return 2
+
+
+def _preflight(args) -> None:
+    """Settings, data and GPU checks of ``train`` / ``evaluate --walk-forward`` before dispatch."""
+    walk = args.command == "evaluate" and getattr(args, "walk_forward", None) is not None
+    if args.command != "train" and not walk:
+        return
+    if getattr(args, "config", None) is None:
+        return  # the command's own usage error follows
+    from rl_zerosync.preflight import check
+    from rl_zerosync.settings import load
+
+    settings = load(args.config, args.set)
+    if walk and settings.data.get("source") not in ("csv", "parquet"):
+        return  # walk_forward names the problem
+    # Walk-forward folds build and check their own segments before the first fold trains.
+    check(settings, segments=not walk)
+
+
+def _input_error(err: BaseException) -> bool:
+    """A bad input the user can fix (one line), not a bug or a failure inside Ray (traceback)."""
+    ray_exc = sys.modules.get("ray.exceptions")
+    if ray_exc is not None and isinstance(err, ray_exc.RayError):
+        return False
+    kinds: list[type] = [ValueError, FileNotFoundError]
+    for module, name in (("rl_zerosync.runlog", "RunDirError"), ("rl_zerosync.checkpoints", "CheckpointError")):
+        cls = getattr(sys.modules.get(module), name, None)
+        if isinstance(cls, type):
+            kinds.append(cls)
+    return isinstance(err, tuple(kinds))
+
+
+def _one_line(err: BaseException) -> str:
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return " | ".join(lines) or type(err).__name__
+
+
+def _command(args) -> int:
     if args.command == "train":
+        from rl_zerosync.checkpoints import CheckpointError
+        from rl_zerosync.runlog import RunDirError, RunLock, claim_run_dir
         from rl_zerosync.settings import SettingsError, load
         from rl_zerosync.train import train
 
@@ -105,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
             settings = load(args.config, args.set)
         except SettingsError as err:
             print(f"error: {err}", file=sys.stderr)
+            return 2
+        if args.resume and args.overwrite:
+            print("error: --resume and --overwrite cannot be combined", file=sys.stderr)
             return 2
         if args.seeds is not None:
             from rl_zerosync.seeds import parse_seeds, summary_line, train_seeds
@@ -117,11 +197,26 @@ def main(argv: list[str] | None = None) -> int:
             except ValueError as err:
                 print(f"error: {err}", file=sys.stderr)
                 return 2
-            report = train_seeds(args.config, args.set, seeds, parallel=args.parallel)
+            parent = settings.run_dir
+            try:
+                # The parent is locked for the whole sweep; every seed's directory is checked (and with
+                # --overwrite cleared) here, then locked again by its own process.
+                with RunLock(parent):
+                    for seed in seeds:
+                        claim_run_dir(parent / f"seed{seed}", overwrite=args.overwrite,
+                                      hint="pass --overwrite to train the seeds again").release()
+                    report = train_seeds(args.config, args.set, seeds, parallel=args.parallel)
+            except RunDirError as err:
+                print(f"error: {err}", file=sys.stderr)
+                return 2
             print(summary_line(report), flush=True)
             print(f"seeds report: {report['path']}", flush=True)
             return 0
-        train(settings, resume=args.resume)
+        try:
+            train(settings, resume=args.resume, overwrite=args.overwrite)
+        except (RunDirError, CheckpointError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
         return 0
     if args.command == "evaluate" and (args.walk_forward is not None or args.config is not None):
         return _walk_forward(args)

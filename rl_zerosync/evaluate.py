@@ -50,7 +50,8 @@ def _data_cfg(settings: dict, data_file: str | None) -> tuple[dict, list[str]]:
     suffix = Path(data_file).suffix.lower()
     source = "parquet" if suffix in (".parquet", ".pq") else "csv"
     file_cfg = {"source": source, "paths": [data_file]}
-    for key in ("columns", "asset_column", "spread_source", "spread_bps", "features", "periods_per_year"):
+    for key in ("columns", "asset_column", "spread_source", "spread_bps", "features", "periods_per_year",
+                "max_abs_log_return"):
         if key in cfg and cfg.get("source") in ("csv", "parquet"):
             file_cfg[key] = cfg[key]
     return file_cfg, ["all"]
@@ -116,12 +117,12 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | None = None,
 
     The rules' variants are chosen on the validation segment and frozen for the test segment
     (with ``data``: chosen on that file, in sample, and marked so)."""
+    from rl_zerosync.checkpoints import SETTINGS_FILE, read_run_state, verified_checkpoint
     from rl_zerosync.envs import EnvParams, make_market
     from rl_zerosync.envs.evaluate import best_rule, evaluate_policy
-    from rl_zerosync.train import SETTINGS_FILE, find_checkpoint, read_run_state
     from rl_zerosync.validation import routing_thresholds
 
-    ckpt = find_checkpoint(checkpoint, which)
+    ckpt = verified_checkpoint(checkpoint, which)  # CheckpointError naming the first damaged file
     settings = yaml.safe_load((ckpt / SETTINGS_FILE).read_text())
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     module = load_module(ckpt).to(dev)

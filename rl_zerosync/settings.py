@@ -18,12 +18,16 @@ from __future__ import annotations
 import ast
 import copy
 import dataclasses
+import math
+import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from rl_zerosync.checkpoints import KEEP_LAST
 
 ACTION_MODES = ("routed", "flat", "branching")
 EVAL_METRICS = ("sharpe", "sortino", "total_return", "annualized_return", "calmar")
@@ -59,6 +63,8 @@ class RunSettings:
     one of EVAL_METRICS."""
     early_stop_patience: int = 0
     """Stop after this many validation passes without a new best; 0 = never stop early."""
+    keep_checkpoints: int = KEEP_LAST
+    """Last checkpoints kept (``checkpoint/``, ``checkpoint.1/``, ...), besides ``checkpoint_best/``."""
     eval_checkpoint: str = "best"
     """Checkpoint the end-of-run test evaluates: "best" (by validation) or "last"."""
 
@@ -149,11 +155,26 @@ _TYPED_SECTIONS = {"run": RunSettings, "algo": AlgoSettings, "model": ModelSetti
 _DICT_SECTIONS = ("data", "env", "runner", "learner")
 
 
+def _float_text(value: Any) -> float | None:
+    """A string that reads as a finite float (PyYAML leaves ``1e-3`` a string: YAML 1.1 floats need
+    a dot), as that float; None for anything else."""
+    if not isinstance(value, str):
+        return None
+    try:
+        number = float(value.strip())
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
+
+
 def _coerce(value: Any, typ: Any, where: str) -> Any:
-    """Check ``value`` against a dataclass field type, converting ints to floats."""
+    """Check ``value`` against a dataclass field type, converting ints and numeric strings
+    (``"1e-3"``) to floats."""
     origin = typing.get_origin(typ) or typ
     if typ is float and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
+    if typ is float and _float_text(value) is not None:
+        return _float_text(value)
     if typ is int and isinstance(value, int) and not isinstance(value, bool):
         return value
     if typ is bool and isinstance(value, bool):
@@ -174,6 +195,17 @@ def _build_section(cls: type, values: dict, where: str) -> Any:
             raise SettingsError(f"{where}.{key}: unknown key; allowed: {', '.join(allowed)}")
         kwargs[key] = _coerce(value, hints[key], f"{where}.{key}")
     return cls(**kwargs)
+
+
+def _epsilon_pair(pair: Any) -> Any:
+    """``[step, value]`` of ``algo.epsilon`` with numeric strings read (``["5e4", 0.05]``: a whole
+    step becomes an int)."""
+    if not isinstance(pair, list) or len(pair) != 2:
+        return pair
+    step, value = (_float_text(x) if _float_text(x) is not None else x for x in pair)
+    if isinstance(pair[0], str) and isinstance(step, float) and step.is_integer():
+        step = int(step)
+    return [step, value]
 
 
 def _validate(s: Settings) -> None:
@@ -200,7 +232,7 @@ def _validate(s: Settings) -> None:
     if not s.model.hidden or not all(isinstance(h, int) and h > 0 for h in s.model.hidden):
         raise SettingsError(f"{src}: model.hidden: expected a non-empty list of positive ints")
     positive = {
-        "run.iterations": s.run.iterations, "algo.batch_size": s.algo.batch_size,
+        "run.iterations": s.run.iterations, "run.keep_checkpoints": s.run.keep_checkpoints, "algo.batch_size": s.algo.batch_size,
         "algo.n_step": s.algo.n_step, "algo.num_envs_per_runner": s.algo.num_envs_per_runner,
         "algo.rollout_length": s.algo.rollout_length, "algo.lr": s.algo.lr,
         "algo.replay_ratio": s.algo.replay_ratio, "algo.target_update_freq": s.algo.target_update_freq,
@@ -221,8 +253,9 @@ def _validate(s: Settings) -> None:
         raise SettingsError(f"{src}: algo.gamma: must be in [0, 1], got {s.algo.gamma}")
     if not 0.0 < s.algo.tau <= 1.0:
         raise SettingsError(f"{src}: algo.tau: must be in (0, 1], got {s.algo.tau}")
-    eps = s.algo.epsilon
+    eps = s.algo.epsilon = [_epsilon_pair(p) for p in s.algo.epsilon]
     ok = all(isinstance(p, (list, tuple)) and len(p) == 2 for p in eps) and len(eps) >= 1
+    ok = ok and all(isinstance(x, (int, float)) and not isinstance(x, bool) for p in eps for x in p)
     if ok:
         steps = [p[0] for p in eps]
         ok = steps == sorted(steps) and all(0.0 <= float(p[1]) <= 1.0 for p in eps)
@@ -238,12 +271,74 @@ def _validate(s: Settings) -> None:
     _validate_components(s)
 
 
+def _numeric_strings(value: Any, typ: Any) -> Any:
+    """``value`` with numeric strings turned into floats where ``typ`` expects a float (also inside
+    ``Optional[float]`` and tuples/lists of floats); anything else unchanged (the component's own
+    check then names it)."""
+    if typ is float:
+        number = _float_text(value)
+        return value if number is None else number
+    origin, args = typing.get_origin(typ), typing.get_args(typ)
+    if origin in (typing.Union, types.UnionType) and float in args:
+        return _numeric_strings(value, float)
+    if origin in (tuple, list) and isinstance(value, (list, tuple)) and args:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return type(value)(_numeric_strings(v, args[0]) for v in value)
+        if origin is list:
+            return type(value)(_numeric_strings(v, args[0]) for v in value)
+        if len(args) == len(value):
+            return type(value)(_numeric_strings(v, t) for v, t in zip(value, args))
+    return value
+
+
+def _numeric_strings_in(values: dict, hints: dict) -> None:
+    for key, typ in hints.items():
+        if key in values:
+            values[key] = _numeric_strings(values[key], typ)
+
+
+def _coerce_dict_sections(s: Settings) -> None:
+    """Numeric strings -> floats in the dict sections where the component expects a float: the
+    float fields of ``env``, ``runner`` and ``learner``, and in ``data`` the float keys, ``split``,
+    ``window``, ``features`` and ``synthetic`` (the generator's float keywords)."""
+    import inspect
+
+    from rl_zerosync.env_runner.settings import RunnerSettings
+    from rl_zerosync.envs import EnvParams
+    from rl_zerosync.envs.market import FeatureConfig
+    from rl_zerosync.envs.synthetic import synthetic_series
+    from rl_zerosync.learner.settings import LearnerSettings
+
+    for section, cls in (("env", EnvParams), ("runner", RunnerSettings), ("learner", LearnerSettings)):
+        values = getattr(s, section)
+        if isinstance(values, dict):
+            _numeric_strings_in(values, typing.get_type_hints(cls))
+    data = s.data
+    if not isinstance(data, dict):
+        return
+    _numeric_strings_in(data, {k: float for k in ("periods_per_year", "spread_bps", "min_spread_bps",
+                                                  "max_abs_log_return")})
+    _numeric_strings_in(data, {"window": list[float]})
+    split = data.get("split")
+    if isinstance(split, dict):
+        _numeric_strings_in(split, {k: float for k in split})
+    elif isinstance(split, list):
+        data["split"] = _numeric_strings(split, list[float])
+    if isinstance(data.get("features"), dict):
+        _numeric_strings_in(data["features"], typing.get_type_hints(FeatureConfig))
+    if isinstance(data.get("synthetic"), dict):
+        floats = {name: float for name, p in inspect.signature(synthetic_series).parameters.items()
+                  if isinstance(p.default, float)}
+        _numeric_strings_in(data["synthetic"], floats)
+
+
 def _validate_components(s: Settings) -> None:
     """Build the component settings once so their own checks run now, naming the file."""
     from rl_zerosync.env_runner.settings import RunnerSettings
     from rl_zerosync.envs import EnvParams
     from rl_zerosync.learner.settings import LearnerSettings
 
+    _coerce_dict_sections(s)
     for section, cls in (("env", EnvParams), ("runner", RunnerSettings), ("learner", LearnerSettings)):
         values = getattr(s, section)
         allowed = [f.name for f in dataclasses.fields(cls)]

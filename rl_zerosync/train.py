@@ -1,23 +1,17 @@
 """The training loop behind ``rl-zerosync train``: build, (resume), iterate, log, checkpoint."""
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import signal
-from pathlib import Path
 
 import yaml
 
-from rl_zerosync.runlog import RunLog
+from rl_zerosync.checkpoints import (
+    BEST_DIR, MARKER, SETTINGS_FILE, CheckpointError, checkpoint_candidates, read_run_state, save_checkpoint,
+    set_aside, verified_checkpoint, verify_checkpoint, warn,
+)
+from rl_zerosync.runlog import RunLog, claim_run_dir, truncate_metrics
 from rl_zerosync.settings import Settings, to_rllib_config
-
-CHECKPOINT_DIR = "checkpoint"
-BEST_DIR = "checkpoint_best"
-"""The checkpoint with the best validation metric so far."""
-SETTINGS_FILE = "settings.yaml"
-RUN_STATE_FILE = "run_state.json"
-"""Written into every checkpoint: iteration, best validation so far, evaluations since the best."""
 
 
 def init_ray(settings: Settings) -> None:
@@ -34,51 +28,6 @@ def init_ray(settings: Settings) -> None:
     if settings.run.num_cpus:
         kwargs["num_cpus"] = settings.run.num_cpus
     ray.init(**kwargs)
-
-
-def find_checkpoint(path: str | Path, which: str = "last") -> Path:
-    """A run directory or a checkpoint directory -> the checkpoint directory.
-
-    ``which``: for a run directory, ``"best"`` (``checkpoint_best/``, by validation; the last
-    checkpoint when the run has none) or ``"last"``.
-    """
-    path = Path(path)
-    if which not in ("best", "last"):
-        raise ValueError(f"checkpoint: expected 'best' or 'last', got {which!r}")
-    # checkpoint.old exists only if a run died between the two renames of save_checkpoint.
-    names = (CHECKPOINT_DIR, CHECKPOINT_DIR + ".old")
-    if which == "best":
-        names = (BEST_DIR, BEST_DIR + ".old") + names
-    for candidate in (path, *(path / n for n in names)):
-        if (candidate / "rllib_checkpoint.json").is_file():
-            return candidate
-    raise FileNotFoundError(f"{path}: no checkpoint found (expected rllib_checkpoint.json in it "
-                            f"or in {path / CHECKPOINT_DIR})")
-
-
-def read_run_state(ckpt: Path) -> dict:
-    """The training-loop state saved with a checkpoint (``{}`` for checkpoints without one)."""
-    f = Path(ckpt) / RUN_STATE_FILE
-    return json.loads(f.read_text()) if f.is_file() else {}  # host read: checkpoint metadata
-
-
-def save_checkpoint(algo, settings: Settings, name: str = CHECKPOINT_DIR, run_state: dict | None = None) -> Path:
-    """Write the checkpoint atomically: to ``<name>.tmp``, then swap it in."""
-    run_dir = settings.run_dir
-    final = run_dir / name
-    tmp = run_dir / (name + ".tmp")
-    old = run_dir / (name + ".old")
-    shutil.rmtree(tmp, ignore_errors=True)
-    algo.save_to_path(str(tmp.resolve()))
-    (tmp / SETTINGS_FILE).write_text(yaml.safe_dump(settings.to_dict(), sort_keys=False))
-    state = {"iteration": int(algo.iteration), **(run_state or {})}
-    (tmp / RUN_STATE_FILE).write_text(json.dumps(state, indent=2, default=float))
-    shutil.rmtree(old, ignore_errors=True)
-    if final.exists():
-        os.replace(final, old)
-    os.replace(tmp, final)
-    shutil.rmtree(old, ignore_errors=True)
-    return final
 
 
 class _Interrupt:
@@ -122,6 +71,9 @@ class _Selection:
     def update(self, iteration: int, metrics: dict) -> bool:
         """Record a validation pass; True when it is a new best (strictly higher)."""
         value = metrics[f"validation_{self.metric}"]
+        if value != value:  # NaN is never a new best
+            self.since_best += 1
+            return False
         if self.best_value is None or value > self.best_value:
             self.best_value, self.best_iteration, self.since_best = value, iteration, 0
             return True
@@ -138,21 +90,75 @@ class _Selection:
         return {"best": best, "evals_since_best": self.since_best}
 
 
-def train(settings: Settings, resume: str | None = None) -> dict:
+def train(settings: Settings, resume: str | None = None, overwrite: bool = False) -> dict:
     """Train for ``settings.run.iterations`` iterations, validating every ``eval_every``; keep
-    ``checkpoint/`` (last) and ``checkpoint_best/`` (best validation); return the last result dict."""
-    init_ray(settings)
+    ``checkpoint/`` (last, and the previous ones up to ``KEEP_LAST``) and ``checkpoint_best/`` (best
+    validation); return the last result dict.
+
+    The run directory is locked for the run's life, before Ray starts (``RunDirError`` when another
+    run holds it). A directory that already holds a run is refused unless ``resume`` (a run or
+    checkpoint directory to continue from: its newest checkpoint that matches its manifest, older
+    ones tried in turn; the metrics rows after it are dropped) or ``overwrite`` (cleared first)."""
     run_dir = settings.run_dir
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / SETTINGS_FILE).write_text(yaml.safe_dump(settings.to_dict(), sort_keys=False))
-    algo = to_rllib_config(settings).build_algo()
+    lock = claim_run_dir(run_dir, resume=bool(resume), overwrite=overwrite)
+    try:
+        # Verified before Ray starts: a damaged checkpoint fails (or falls back) at once.
+        ckpt = _verified_resume(run_dir, resume) if resume else None
+        init_ray(settings)
+        (run_dir / SETTINGS_FILE).write_text(yaml.safe_dump(settings.to_dict(), sort_keys=False))
+        algo = to_rllib_config(settings).build_algo()
+        try:
+            return _train_loop(settings, algo, ckpt)
+        finally:
+            algo.stop()
+    finally:
+        lock.release()
+
+
+def _verified_resume(run_dir, resume: str):
+    """The newest good checkpoint of ``resume``; the damaged ones of this run directory (newer ones
+    skipped, a damaged ``checkpoint_best/``) are moved aside to ``<name>.damaged/``."""
+    ckpt = verified_checkpoint(resume, "last", fallback=True)
+    found = checkpoint_candidates(resume, "last")
+    damaged = found[:found.index(ckpt)] if ckpt in found else []
+    best = run_dir / BEST_DIR
+    if (best / MARKER).is_file() and best.resolve() != ckpt.resolve():
+        try:
+            verify_checkpoint(best, quiet=True)
+        except CheckpointError as err:
+            warn(str(err))
+            damaged.append(best)
+    for bad in damaged:
+        moved = set_aside(run_dir, bad)
+        if moved is not None:
+            warn(f"moved the damaged {bad} aside to {moved}")
+    return ckpt
+
+
+def _resume_from(settings: Settings, algo, ckpt) -> dict:
+    """Restore ``ckpt`` into ``algo``; drop the metrics rows after its iteration; its run state."""
+    run_dir = settings.run_dir
+    algo.restore_from_path(str(ckpt.resolve()))
+    state = read_run_state(ckpt)
+    it = int(algo.iteration)
+    dropped = truncate_metrics(run_dir, it)
+    print(f"resumed from {ckpt} at iteration {it}"
+          + (f" (dropped {dropped} metrics.jsonl rows after it)" if dropped else ""), flush=True)
+    best = run_dir / BEST_DIR
+    best_it = read_run_state(best).get("iteration") if best.is_dir() else None
+    if best_it is not None and best_it > it:
+        warn(f"{best} is from iteration {best_it}, after the resumed iteration {it}; it stays until a "
+             "new best replaces it")
+    return state
+
+
+def _train_loop(settings: Settings, algo, ckpt) -> dict:
+    run_dir = settings.run_dir
     state: dict = {}
-    if resume:
-        ckpt = find_checkpoint(resume, "last")
-        algo.restore_from_path(str(ckpt.resolve()))
-        state = read_run_state(ckpt)
-        print(f"resumed from {ckpt} at iteration {algo.iteration}", flush=True)
-    log = RunLog(run_dir)
+    if ckpt is not None:
+        state = _resume_from(settings, algo, ckpt)
+    # TensorBoard: a resumed run hides the earlier sessions' events after the resumed iteration.
+    log = RunLog(run_dir, purge_step=int(algo.iteration) + 1 if ckpt is not None else None)
     result: dict = {}
     every = settings.run.checkpoint_every
     eval_every = settings.eval_every
@@ -178,13 +184,13 @@ def train(settings: Settings, resume: str | None = None) -> dict:
                 log.write(result)
                 log.progress(result)
                 if every and it % every == 0:
-                    save_checkpoint(algo, settings, run_state=selection.state())
+                    save_checkpoint(algo, settings, run_state=selection.state(), keep=settings.run.keep_checkpoints)
                 if selection.stop:
                     print(f"early stop: no new best validation {selection.metric} in "
                           f"{selection.patience} passes (best {selection.best_value:+.3f} at iteration "
                           f"{selection.best_iteration})", flush=True)
                     break
-        ckpt = save_checkpoint(algo, settings, run_state=selection.state())
+        ckpt = save_checkpoint(algo, settings, run_state=selection.state(), keep=settings.run.keep_checkpoints)
         print(f"checkpoint: {ckpt}", flush=True)
         if interrupt.requested:
             return result
@@ -197,5 +203,4 @@ def train(settings: Settings, resume: str | None = None) -> dict:
             result["evaluation"] = report
     finally:
         log.close()
-        algo.stop()
     return result

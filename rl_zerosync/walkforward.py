@@ -218,7 +218,7 @@ def _json_default(x: Any) -> Any:
     return str(x)
 
 
-def walk_forward(settings, k: int, out_dir: str | Path | None = None) -> dict[str, Any]:
+def walk_forward(settings, k: int, out_dir: str | Path | None = None, *, overwrite: bool = False) -> dict[str, Any]:
     """Train and evaluate K walk-forward folds of ``settings`` (a file data source); returns the
     report written to ``<out_dir>/walk_forward.json`` (default ``out_dir``: the run directory).
 
@@ -259,7 +259,7 @@ def walk_forward(settings, k: int, out_dir: str | Path | None = None) -> dict[st
     path = out_dir / RESULT_FILE
     for fold, fold_cfg in zip(folds, folds_settings):
         print(f"walk-forward: fold {fold['fold'] + 1}/{k}, window {fold['window']}, run {fold['run_dir']}", flush=True)
-        result = train_module.train(fold_cfg)
+        result = train_module.train(fold_cfg, overwrite=overwrite)
         evaluation = result.get("evaluation") if isinstance(result, Mapping) else None
         if evaluation is None:
             print(f"walk-forward: fold {fold['fold']} ended without an evaluation; stopping", flush=True)

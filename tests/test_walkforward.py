@@ -239,7 +239,7 @@ def test_walk_forward_collects_folds_and_pools(tmp_path, monkeypatch):
 
     seen = []
 
-    def fake_train(s):
+    def fake_train(s, **kw):
         seen.append(s)
         return {"evaluation": {"summary": _fake_summary(len(seen) - 1)}}
 
@@ -271,7 +271,7 @@ def test_walk_forward_tiles_a_configured_window(tmp_path, monkeypatch):
 
     seen = []
     monkeypatch.setattr(train_module, "train",
-                        lambda s: seen.append(s.data["window"]) or {"evaluation": {"summary": _fake_summary(0)}})
+                        lambda s, **kw: seen.append(s.data["window"]) or {"evaluation": {"summary": _fake_summary(0)}})
     report = walk_forward(settings_for(tmp_path, data={**cfg((0.2, 0.9)), "periods_per_year": 252}), 2)
     assert report["within"] == [0.2, 0.9] and seen[0][0] == 0.2 and seen[-1][1] == pytest.approx(0.9)
     tests = [f["segments"]["test"][0]["bars"] for f in report["folds"]]
@@ -282,7 +282,7 @@ def test_walk_forward_stops_at_an_interrupted_fold(tmp_path, monkeypatch):
     import rl_zerosync.train as train_module
 
     results = iter([{"evaluation": {"summary": _fake_summary(0)}}, {}])
-    monkeypatch.setattr(train_module, "train", lambda s: next(results))
+    monkeypatch.setattr(train_module, "train", lambda s, **kw: next(results))
     report = walk_forward(settings_for(tmp_path), 3, tmp_path / "out")
     assert not report["complete"] and len(report["folds"]) == 1
     assert json.loads((tmp_path / "out" / RESULT_FILE).read_text())["pooled"]["folds"] == 1

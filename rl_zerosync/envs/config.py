@@ -22,6 +22,9 @@ Keys of ``data_cfg`` (all optional except where noted):
   --walk-forward K`` (:mod:`rl_zerosync.walkforward`) sets it per fold.
 * ``features``: :class:`~rl_zerosync.envs.market.FeatureConfig` keywords.
 * ``periods_per_year`` (252), ``device`` ("cpu").
+* ``max_abs_log_return`` (0.5): a close-to-close ``|log return|`` above this on any bar is bad data
+  (ValueError naming the file or asset, the row/bar and both closes); ``0`` or ``null`` turns the
+  check off.
 
 ``split`` argument: ``"train"``, ``"validation"``, ``"test"`` or ``"all"`` (the whole series).
 """
@@ -29,10 +32,13 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from rl_zerosync.envs.market import SPLITS, FeatureConfig, MarketData, check_fractions, check_window
+from rl_zerosync.envs.market import (
+    DEFAULT_MAX_ABS_LOG_RETURN, SPLITS, FeatureConfig, MarketData, check_fractions, check_market_log_returns,
+    check_max_abs_log_return, check_window,
+)
 
 SOURCES = ("synthetic", "csv", "parquet")
-_COMMON = ("source", "split", "window", "features", "periods_per_year", "device")
+_COMMON = ("source", "split", "window", "features", "periods_per_year", "device", "max_abs_log_return")
 _SYNTHETIC = ("num_assets", "num_bars", "seed", "synthetic", "regenerate_every")
 _FILES = ("paths", "columns", "asset_column", "names", "spread_source", "spread_bps", "cs_window",
           "min_spread_bps", "timestamp_format", "dayfirst")
@@ -83,6 +89,7 @@ def make_market(data_cfg: Mapping[str, Any] | None, split: str = "train") -> Mar
     if isinstance(ppy, bool) or not isinstance(ppy, (int, float)):
         raise ValueError(f"data.periods_per_year: expected a number > 0, got {ppy!r}")
     device = cfg.get("device", "cpu")
+    limit = check_max_abs_log_return(cfg.get("max_abs_log_return", DEFAULT_MAX_ABS_LOG_RETURN))
     if source == "synthetic":
         from rl_zerosync.envs.synthetic import synthetic_market
 
@@ -96,6 +103,7 @@ def make_market(data_cfg: Mapping[str, Any] | None, split: str = "train") -> Mar
             )
         except TypeError as exc:  # unknown model keyword
             raise ValueError(f"data.synthetic: {exc}") from exc
+        check_market_log_returns(market, limit, where=f"data.synthetic (seed {cfg.get('seed', 0)})")
     else:
         from rl_zerosync.envs.loaders import load_market
 
@@ -103,7 +111,7 @@ def make_market(data_cfg: Mapping[str, Any] | None, split: str = "train") -> Mar
             raise ValueError(f"data.paths: required for source {source!r}")
         kwargs = {k: cfg[k] for k in _FILES if k in cfg and k != "paths"}
         market = load_market(cfg["paths"], fmt=source, features=features, periods_per_year=float(ppy),
-                             device=device, **kwargs)
+                             device=device, max_abs_log_return=limit, **kwargs)
     if split == "all":
         return market if window is None else market.window(*window)
     return market.split(split, fractions, window=window)

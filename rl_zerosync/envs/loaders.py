@@ -18,7 +18,9 @@ Relative spread per bar, by ``spread_source``:
 
 Bad data raises ValueError naming the file, the column and the row (0-based data row; the CSV line
 is row + 2): missing columns, non-numeric / non-finite / non-positive prices, high < low, bid > ask,
-unparseable, duplicate or decreasing timestamps, fewer rows than ``features.warmup + 2``.
+unparseable, duplicate or decreasing timestamps, fewer rows than ``features.warmup + 2``, and
+(with ``max_abs_log_return`` > 0; ``make_market`` passes ``data.max_abs_log_return``, default 0.5)
+a close-to-close ``|log return|`` above it (a spike: the row and both closes are named).
 """
 from __future__ import annotations
 
@@ -28,7 +30,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from rl_zerosync.envs.market import FeatureConfig, MarketData, build_market
+from rl_zerosync.envs.market import (
+    FeatureConfig, MarketData, build_market, check_log_returns, check_max_abs_log_return,
+)
 
 COLUMN_KEYS = ("timestamp", "open", "high", "low", "close", "bid", "ask")
 _AUTO_NAMES = {"timestamp": ("timestamp", "date", "datetime", "time")}
@@ -53,9 +57,11 @@ def load_market(
     features: FeatureConfig | None = None,
     periods_per_year: float = 252.0,
     device: str = "cpu",
+    max_abs_log_return: float | None = None,
 ) -> MarketData:
     """Read ``paths`` (one or more files), validate them and build ``MarketData`` (see module doc)."""
     features = features or FeatureConfig()
+    limit = check_max_abs_log_return(max_abs_log_return)
     paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     if not paths:
         raise ValueError("data.paths: expected at least one file, got none")
@@ -78,6 +84,8 @@ def load_market(
             cols = _resolve_columns(where, part, columns or {})
             close, spread, ts = _clean(where, part, cols, features, spread_source, spread_bps, cs_window,
                                        min_spread_bps, timestamp_format, dayfirst)
+            check_log_returns(f"{where}, column {cols['close']!r}", close, limit,
+                              labels=part.index.to_numpy(), unit="row")
             closes.append(close)
             spreads.append(spread)
             stamps.append(ts)

@@ -33,6 +33,9 @@ TENSOR_FIELDS = (
 )
 SPLITS = ("train", "validation", "test")
 _TINY = 1e-12
+DEFAULT_MAX_ABS_LOG_RETURN = 0.5
+"""Default of ``data.max_abs_log_return``: a close-to-close move beyond +-0.5 in log (x1.65 or
+x0.61 in one bar) is taken as bad data (a spike, a missing split adjustment, a unit change)."""
 
 
 @dataclass(frozen=True)
@@ -287,11 +290,14 @@ def build_market(
     timestamps: Sequence[np.ndarray] | None = None,
     periods_per_year: float = 252.0,
     device: torch.device | str = "cpu",
+    max_abs_log_return: float | None = None,
 ) -> MarketData:
     """``MarketData`` from per-asset close prices and relative spreads (host arrays).
 
     Raises ValueError naming the asset and bar when a close is not finite and > 0, a spread is not
-    finite and >= 0, lengths differ, or a series is shorter than ``warmup + 2`` bars.
+    finite and >= 0, lengths differ, or a series is shorter than ``warmup + 2`` bars; with
+    ``max_abs_log_return`` (> 0; None or 0: no check) also when a close-to-close log return
+    exceeds it in absolute value (see :func:`check_log_returns`).
     """
     cfg = features or FeatureConfig()
     if len(closes) == 0:
@@ -316,6 +322,7 @@ def build_market(
             )
         _check_series(names[a], "close", c, positive=True)
         _check_series(names[a], "spread", s, positive=False)
+        check_log_returns(f"market: asset {names[a]!r}, column 'close'", c, max_abs_log_return)
         feats = compute_features(c, s, cfg)
         for f in TENSOR_FIELDS:
             rows[f].append(feats[f])
@@ -341,3 +348,45 @@ def _check_series(asset: str, column: str, x: np.ndarray, *, positive: bool) -> 
         row = int(np.argmax(bad))
         need = "finite and > 0" if positive else "finite and >= 0"
         raise ValueError(f"market: asset {asset!r}, column {column!r}, bar {row}: expected {need}, got {x[row]!r}")
+
+
+def check_max_abs_log_return(value: Any) -> float | None:
+    """Validate ``data.max_abs_log_return``: a finite number >= 0; returns the limit, or None when
+    the check is off (``0`` or ``None``/``null``)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ValueError(
+            f"data.max_abs_log_return: expected a finite number >= 0 (0 or null turns the check off), got {value!r}"
+        )
+    return float(value) or None
+
+
+def check_log_returns(where: str, close: np.ndarray, limit: float | None, *,
+                      labels: Sequence[Any] | None = None, unit: str = "bar") -> None:
+    """ValueError naming ``where``, the bar (``labels[i]`` if given) and both closes when
+    ``|log(close[i] / close[i-1])| > limit`` (suspicious data: a spike or a missing split adjustment).
+    ``limit`` None or 0: no check. ``close`` must already be finite and > 0."""
+    if not limit or len(close) < 2:
+        return
+    c = np.asarray(close, dtype=np.float64)
+    jump = np.abs(np.diff(np.log(c)))
+    bad = jump > limit
+    if bad.any():
+        i = int(np.argmax(bad)) + 1
+        label = labels[i] if labels is not None else i
+        prev = labels[i - 1] if labels is not None else i - 1
+        raise ValueError(
+            f"{where}, {unit} {label}: close {float(c[i])!r} after {float(c[i - 1])!r} ({unit} {prev}) is a log return of "
+            f"{np.log(c[i] / c[i - 1]):+.3g}, beyond data.max_abs_log_return = {limit:g} per bar: fix the data, "
+            f"or raise the limit (0 or null turns the check off)"
+        )
+
+
+def check_market_log_returns(market: MarketData, limit: float | None, where: str = "market") -> None:
+    """:func:`check_log_returns` on every asset of a built market (host read: load time)."""
+    if not limit:
+        return
+    close = market.close.detach().cpu().numpy()  # host read: load-time validation
+    for a, n in enumerate(market.length.cpu().tolist()):  # host read: load-time validation
+        check_log_returns(f"{where}: asset {market.asset_names[a]!r}, column 'close'", close[a, :n], limit)

@@ -9,7 +9,7 @@ Usage::
 See ``docs/ARCHITECTURE.md`` (section ``rl_zerosync.kernels``) for every kernel's contract.
 """
 from rl_zerosync.kernels.api import Kernels
-from rl_zerosync.kernels.backend import get_kernels, resolve_backend, set_default_backend
+from rl_zerosync.kernels.backend import backend_info, get_kernels, log_backend, resolve_backend, set_default_backend
 from rl_zerosync.kernels.readback import AsyncReadback
 from rl_zerosync.kernels.rng import bits24, hash32, random_bits, uniform24
 from rl_zerosync.kernels.validate import (
@@ -27,6 +27,7 @@ from rl_zerosync.kernels.validate import (
 __all__ = [
     "AsyncReadback",
     "Kernels",
+    "backend_info",
     "bind_branching_select",
     "bind_divergence",
     "bind_epsilon_greedy",
@@ -38,6 +39,7 @@ __all__ = [
     "bits24",
     "get_kernels",
     "hash32",
+    "log_backend",
     "qstats_scratch_numel",
     "random_bits",
     "resolve_backend",
