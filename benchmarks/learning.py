@@ -185,7 +185,7 @@ def main() -> int:
     p.add_argument("--no-timing", action="store_true")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "learning.json"))
     args = p.parse_args()
-    from rl_zerosync.seeds import mean_ci95, parse_seeds
+    from rl_zerosync.seeds import parse_seeds
     from rl_zerosync.settings import load
 
     device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from rl_zerosync.envs import EnvParams, make_market
+from rl_zerosync.envs.gym_twin import ROUTING_THRESHOLDS
 from rl_zerosync.envs.evaluate import add_baselines, best_rule, rule_metrics, walk_result
 from rl_zerosync.envs.rules import RULES, RuleWalk
 from rl_zerosync.envs.walk import SegmentWalk
@@ -29,12 +30,11 @@ SPLIT_WARMUP = 64
 """...each starting flat this many bars early (see :class:`~rl_zerosync.envs.walk.SegmentWalk`)."""
 LOGGED = ("sharpe", "total_return", "max_drawdown", "turnover_per_bar")
 """Mean-over-assets metrics logged per validation pass (agent and each rule)."""
-ROUTING_KEYS = ("wide", "high_vol", "low_vol")
 
 
 def routing_thresholds(runner_cfg: dict | None) -> dict[str, float]:
     """The routing thresholds of a run's ``runner`` section (defaults where absent)."""
-    return {k: float(v) for k, v in (runner_cfg or {}).items() if k in ROUTING_KEYS}
+    return {k: float(v) for k, v in (runner_cfg or {}).items() if k in ROUTING_THRESHOLDS}
 
 
 class Validator:
@@ -55,9 +55,7 @@ class Validator:
         self.module = spec.build().to(self.device).eval()
         self.walk = SegmentWalk(self.data, self.params, routing=routing if self.routed else None,
                                 split_bars=SPLIT_BARS, split_warmup=SPLIT_WARMUP)
-        t0 = time.perf_counter()
         self.rules, _ = rule_metrics(RuleWalk(self.data, self.params, routing))
-        self.rules_time_s = time.perf_counter() - t0
 
     def _load_weights(self, algo) -> None:
         from ray.rllib.core import DEFAULT_MODULE_ID
@@ -95,5 +93,4 @@ class Validator:
                 out[f"validation_{rule}_{k}"] = res.baselines[rule]["mean"][k]
         out["validation_best_rule_sharpe"] = res.baselines[best_rule(res.baselines)]["mean"]["sharpe"]
         out["validation_time_s"] = time.perf_counter() - t0
-        self.last = res
         return out

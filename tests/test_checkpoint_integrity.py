@@ -15,18 +15,9 @@ from rl_zerosync.checkpoints import (
     find_checkpoint, read_run_state, verified_checkpoint, verify_checkpoint, write_manifest,
 )
 from rl_zerosync.settings import from_dict
+from tiny_run import tiny_raw
 
-BASE = {
-    "run": {"iterations": 3, "checkpoint_every": 1, "eval_every": 3, "num_cpus": 2, "evaluate": False},
-    "model": {"action_mode": "routed", "hidden": [16, 16]},
-    "algo": {"lr": 1e-3, "batch_size": 32, "replay_ratio": 0.5, "learning_starts": 64,
-             "target_update_freq": 10, "epsilon": [[0, 1.0], [600, 0.1]], "num_envs_per_runner": 8,
-             "rollout_length": 16, "num_gpus_per_learner": 0},
-    "data": {"source": "synthetic", "num_assets": 2, "num_bars": 1600, "seed": 0, "features": {"warmup": 32}},
-    "env": {"episode_len": 32, "window": 8},
-    "runner": {"device": "cpu"},
-    "learner": {"replay_capacity": 2000, "graph": False},
-}
+BASE = tiny_raw({"iterations": 3, "checkpoint_every": 1, "eval_every": 3, "evaluate": False})
 WEIGHTS = "learner_group/learner/rl_module/default_policy/module_state.pkl"
 
 

@@ -20,6 +20,7 @@ from rl_zerosync.checkpoints import CHECKPOINT_DIR, read_run_state
 from rl_zerosync.runlog import (
     LOCK_FILE, RunDirError, RunLock, _proc_start, claim_run_dir, clear_run_dir, run_outputs, truncate_metrics,
 )
+from tiny_run import tiny_raw
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = ROOT / "configs" / "smoke.yaml"
@@ -215,17 +216,7 @@ def test_kill_9_mid_run_then_resume(tmp_path):
 
 # ---- resume after a kill at several points (in process) ------------------------------------------
 
-BASE = {
-    "run": {"iterations": 4, "checkpoint_every": 2, "eval_every": 0, "num_cpus": 2, "evaluate": False},
-    "model": {"action_mode": "routed", "hidden": [16, 16]},
-    "algo": {"lr": 1e-3, "batch_size": 32, "replay_ratio": 0.5, "learning_starts": 64,
-             "target_update_freq": 10, "epsilon": [[0, 1.0], [600, 0.1]], "num_envs_per_runner": 8,
-             "rollout_length": 16, "num_gpus_per_learner": 0},
-    "data": {"source": "synthetic", "num_assets": 2, "num_bars": 1600, "seed": 0, "features": {"warmup": 32}},
-    "env": {"episode_len": 32, "window": 8},
-    "runner": {"device": "cpu"},
-    "learner": {"replay_capacity": 2000, "graph": False},
-}
+BASE = tiny_raw({"iterations": 4, "checkpoint_every": 2, "eval_every": 0, "evaluate": False})
 
 
 def _settings(tmp, iterations):

@@ -8,18 +8,9 @@ import pytest
 import ray
 
 from rl_zerosync.settings import from_dict
+from tiny_run import tiny_raw
 
-BASE = {
-    "run": {"iterations": 4, "checkpoint_every": 0, "eval_every": 2, "num_cpus": 2},
-    "model": {"action_mode": "routed", "hidden": [16, 16]},
-    "algo": {"lr": 1e-3, "batch_size": 32, "replay_ratio": 0.5, "learning_starts": 64,
-             "target_update_freq": 10, "epsilon": [[0, 1.0], [600, 0.1]], "num_envs_per_runner": 8,
-             "rollout_length": 16, "num_gpus_per_learner": 0},
-    "data": {"source": "synthetic", "num_assets": 2, "num_bars": 1600, "seed": 0, "features": {"warmup": 32}},
-    "env": {"episode_len": 32, "window": 8},
-    "runner": {"device": "cpu"},
-    "learner": {"replay_capacity": 4000, "graph": False},
-}
+BASE = tiny_raw({"iterations": 4, "checkpoint_every": 0, "eval_every": 2}, learner={"replay_capacity": 4000})
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -207,9 +207,9 @@ def route_inputs(data: MarketData, state: EnvState) -> tuple[torch.Tensor, torch
 
 def execute(
     data: MarketData, tables: EnvTables, state: EnvState, actions: torch.Tensor, counter: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, ...]:
     """Execution of ``actions`` at each env's bar (steps 2-3 of the module doc):
-    ``(trade q, new position, cost, pnl, order type, vol_t)``. Reads ``state.asset``, ``t``, ``pos``
+    ``(trade q, |q|, new position, cost, pnl, order type, vol_t)``. Reads ``state.asset``, ``t``, ``pos``
     and ``env_id`` only; ``counter`` is the RNG step of the stochastic fills."""
     p = tables.params
     e, o, u = decode_t(actions)
@@ -225,7 +225,7 @@ def execute(
     size = trade.abs()
     cost = size * (p.fee + tables.spread_frac[ou] * spread_t + tables.impact[ou] * vol_t * size)
     pnl = pos * data.ret.reshape(-1)[idx + 1]
-    return trade, pos, cost, pnl, o, vol_t
+    return trade, size, pos, cost, pnl, o, vol_t
 
 
 def transition(
@@ -235,8 +235,7 @@ def transition(
     tables = as_tables(data, params)
     p = tables.params
     counter = state.counter + 1
-    trade, pos, cost, pnl, o, vol_t = execute(data, tables, state, actions, counter)
-    size = trade.abs()
+    trade, size, pos, cost, pnl, o, vol_t = execute(data, tables, state, actions, counter)
     net = pnl - cost
     risk = p.risk_penalty * (pos * vol_t).square()
     reward = p.reward_scale * (net - risk)

@@ -16,6 +16,7 @@ import multiprocessing as mp
 from typing import Any, Mapping, Optional
 
 import numpy as np
+import torch
 
 from rl_zerosync.envs.market import TENSOR_FIELDS, MarketData
 
@@ -51,7 +52,7 @@ def build_training_market(data_cfg: Mapping[str, Any], seed: int) -> MarketData:
 
 def _host_fields(data_cfg: Mapping[str, Any], seed: int) -> dict[str, np.ndarray]:
     m = build_training_market(data_cfg, seed)
-    return {f: getattr(m, f).numpy() for f in TENSOR_FIELDS}
+    return {f: getattr(m, f).numpy() for f in TENSOR_FIELDS}  # host read: CPU tensors, sent to the runner
 
 
 class FreshSeries:
@@ -93,8 +94,6 @@ class FreshSeries:
             if tuple(src.shape) != tuple(dst.shape):
                 raise ValueError(f"data.regenerate_every: generation {self.generation} has {f} of shape "
                                  f"{tuple(src.shape)}, expected {tuple(dst.shape)}")
-            import torch
-
             dst.copy_(torch.from_numpy(src))
         self._submit(self.generation + 1)
         return self.generation

@@ -48,7 +48,8 @@ TORCH_ENV_ID = "rl_zerosync/TradingTorch-v0"
 TORCH_ENV_ID_IMPORTABLE = "rl_zerosync.envs:" + TORCH_ENV_ID
 ACTION_MODES = ("flat", "routed")
 _KEYS = ("data", "env", "runner", "split", "action_mode", "routing", "env_id")
-_ROUTING_KEYS = ("wide", "high_vol", "low_vol")
+ROUTING_THRESHOLDS = ("wide", "high_vol", "low_vol")
+"""Routing threshold keys (of ``RunnerSettings`` / a run's ``runner`` section)."""
 
 
 def parse_env_config(env_config: Mapping[str, Any] | None, kwargs: Mapping[str, Any],
@@ -73,9 +74,9 @@ def parse_env_config(env_config: Mapping[str, Any] | None, kwargs: Mapping[str, 
     if action_mode not in ACTION_MODES:
         raise ValueError(f"{owner} action_mode: expected one of {ACTION_MODES}, got {action_mode!r}")
     routing = dict(cfg.get("routing") or {})
-    bad = sorted(set(routing) - set(_ROUTING_KEYS))
+    bad = sorted(set(routing) - set(ROUTING_THRESHOLDS))
     if bad:
-        raise ValueError(f"{owner} routing: unknown key(s) {bad}; allowed keys are {list(_ROUTING_KEYS)}")
+        raise ValueError(f"{owner} routing: unknown key(s) {bad}; allowed keys are {list(ROUTING_THRESHOLDS)}")
     env_id = cfg.get("env_id")
     if env_id is not None and (isinstance(env_id, bool) or not isinstance(env_id, int) or not 0 <= env_id < 2**32):
         raise ValueError(f"{owner} env_id: expected an int in [0, 2**32), got {env_id!r}")

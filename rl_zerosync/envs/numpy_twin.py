@@ -135,20 +135,20 @@ class NumpyTradingEnv(gym.Env):
         d = self.data
 
         def rows(t: torch.Tensor) -> list[np.ndarray]:
-            arr = t.detach().cpu().numpy().astype(np.float32, copy=False)
+            arr = t.detach().cpu().numpy().astype(np.float32, copy=False)  # host read: construction, CPU data
             return [np.ascontiguousarray(arr[a]) for a in range(arr.shape[0])]
 
         self._ret_norm, self._obs_spread, self._obs_vol = rows(d.ret_norm), rows(d.obs_spread), rows(d.obs_vol)
         self._spread, self._vol, self._ret = rows(d.spread), rows(d.vol), rows(d.ret)
         self._num_assets = tables.num_assets
-        self._start_lo = [int(v) for v in tables.start_lo.tolist()]
-        self._start_span = [int(v) for v in tables.start_span.tolist()]
+        self._start_lo = [int(v) for v in tables.start_lo.tolist()]  # host read: construction
+        self._start_span = [int(v) for v in tables.start_span.tolist()]  # host read: construction
         self._ppy_sqrt = tables.periods_per_year ** 0.5  # the same Python expression as core._accumulate
         # float32 tables and constants, cast as torch casts them (tensor(dtype=float32); scalars -> f32)
-        levels = [np.float32(v) for v in tables.levels.numpy()]
-        fill = [np.float32(v) for v in tables.fill.numpy()]
-        sfrac = [np.float32(v) for v in tables.spread_frac.numpy()]
-        impact = [np.float32(v) for v in tables.impact.numpy()]
+        levels = [np.float32(v) for v in tables.levels.numpy()]  # host read: construction
+        fill = [np.float32(v) for v in tables.fill.numpy()]  # host read: construction
+        sfrac = [np.float32(v) for v in tables.spread_frac.numpy()]  # host read: construction
+        impact = [np.float32(v) for v in tables.impact.numpy()]  # host read: construction
         self._decode = tuple(
             (levels[a // 9], fill[(a // 3) % 3 * 3 + a % 3], float(fill[(a // 3) % 3 * 3 + a % 3]) * 2.0**24,
              sfrac[(a // 3) % 3 * 3 + a % 3], impact[(a // 3) % 3 * 3 + a % 3], 2 + (a // 3) % 3)
@@ -164,7 +164,7 @@ class NumpyTradingEnv(gym.Env):
         self._len = p.episode_len
         # episode progress j / episode_len, computed by the torch expression of core.observe
         self._progress = [np.float32(v) for v in
-                          (torch.arange(p.episode_len + 1, dtype=torch.float32) / float(p.episode_len)).numpy()]
+                          (torch.arange(p.episode_len + 1, dtype=torch.float32) / float(p.episode_len)).numpy()]  # host read: construction
         self._route_ou: list[list[int]] | None = None
         if self.action_mode == "routed":
             self._route_ou = self._route_table()
@@ -190,7 +190,7 @@ class NumpyTradingEnv(gym.Env):
         flat = [t.reshape(-1) for t in (d.spread, d.median_spread, d.vol, d.median_vol)]
         out = torch.empty(flat[0].shape[0], dtype=torch.int64)
         route(torch.zeros_like(out), *flat, out, **self.routing)
-        return [row.tolist() for row in out.reshape(d.num_assets, d.num_bars)]
+        return [row.tolist() for row in out.reshape(d.num_assets, d.num_bars)]  # host read: construction (route table)
 
     # ---------------------------------------------------------------- gymnasium API
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:

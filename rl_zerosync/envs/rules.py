@@ -50,9 +50,6 @@ class RuleVariant:
             return f"{self.rule}({self.lookback},{self.threshold:g})"
         return self.rule
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"rule": self.rule, "lookback": self.lookback, "threshold": self.threshold}
-
 
 def variants() -> list[RuleVariant]:
     """Every walked variant: buy-and-hold, then the momentum and mean-reversion grids."""

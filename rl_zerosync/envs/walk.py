@@ -158,7 +158,7 @@ class SegmentWalk:
                 if self.route_fn is not None:
                     actions = self.route_fn(actions, st)
                 counter = st.counter + 1
-                trade, pos, cost, pnl, order, _ = execute(data, tables, st, actions, counter)
+                trade, _, pos, cost, pnl, order, _ = execute(data, tables, st, actions, counter)
                 row = torch.stack((pnl - cost, pnl, cost, trade, pos, actions.to(torch.float32),
                                    order.to(torch.float32)))
                 self.records.index_copy_(1, self._j, row[:, None, :])
@@ -192,7 +192,7 @@ class SegmentWalk:
         if bad:
             n = 5 if self.route_fn is not None else 45
             raise ValueError(f"policy: expected actions in 0..{n - 1}, got out-of-range actions at {bad} step(s)")
-        rec = host[:-1].numpy().reshape(self.records.shape)
+        rec = host[:-1].numpy().reshape(self.records.shape)  # host read: the copy above, already on the host
         return {k: rec[i].T for i, k in enumerate(RECORD_KEYS)}
 
     def env_records(self, records: Mapping[str, np.ndarray], asset: int, replica: int = 0) -> dict[str, np.ndarray]:
