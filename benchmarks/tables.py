@@ -279,7 +279,8 @@ def e2e_seeds(r) -> str:
 
     if "ours" not in s:
         return "\n".join(out)
-    lb = " (lower bound: stock did not reach the target in every seed)" if s["time_to_target_is_lower_bound"] else ""
+    kind = s.get("time_to_target_speedup_is", "lower bound" if s["time_to_target_is_lower_bound"] else "exact")
+    lb = "" if kind == "exact" else f" ({kind})"
     out += ["", f"Ratios of the medians, ours / tuned stock: env steps/s {x(s['env_steps_per_s_speedup'])}, "
             f"updates/s {x(s['updates_per_s_speedup'])}, time to target {x(s['time_to_target_speedup'])}{lb}; "
             f"target = {s['target_rule']} on validation ({s['target_val_sharpe']:.2f}); test buy-and-hold "
