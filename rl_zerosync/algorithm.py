@@ -164,6 +164,19 @@ class ZeroSyncDQN(DQN):
     def get_default_config(cls) -> ZeroSyncDQNConfig:
         return ZeroSyncDQNConfig()
 
+    @override(DQN)
+    def setup(self, config) -> None:
+        """RLlib's setup; when remote env runners die in their constructors, the error names their
+        root cause instead of RLlib's ``IndexError`` (:mod:`rl_zerosync.runner_errors`)."""
+        from rl_zerosync.runner_errors import raise_root_cause, runner_root_causes
+
+        with runner_root_causes() as errors:
+            try:
+                super().setup(config)
+            except Exception as err:
+                raise_root_cause(err, errors)
+                raise
+
     # ---------------------------------------------------------------- helpers
     def _same_process_runner(self):
         """The local GPU env runner when it and the (only) learner live in this process, else None."""

@@ -28,6 +28,8 @@ import math
 import os
 from typing import Any, Mapping
 
+import numpy as np
+
 SEGMENTS = ("train", "validation", "test")
 
 
@@ -192,6 +194,9 @@ def check_data(settings, *, segments: bool = True) -> dict[str, Any]:
         raise PreflightError(f"{src}: data: {err}") from err
     files = _asset_files(cfg, full.asset_names)
     out: dict[str, Any] = {}
+    if full.source_info is not None:
+        out["data"] = dict(full.source_info)
+        print(data_line(full.source_info), flush=True)
     if not segments:
         return out
     wanted = [s for s in SEGMENTS if s != "test" or settings.run.evaluate]
@@ -212,6 +217,18 @@ def check_data(settings, *, segments: bool = True) -> dict[str, Any]:
         except ValueError as err:
             raise PreflightError(f"{src}: {label}: {_with_files(str(err), files)}") from err
     return out
+
+
+def data_line(info: Mapping[str, Any]) -> str:
+    """One line on how file data was read: bars per year and its source, spread source(s) and the
+    median spread in bps (over assets: median, and the range when there are several)."""
+    bps = list(info["median_spread_bps"].values())
+    sources = sorted(set(info["spread_source"].values()))
+    spread = f"median {float(np.median(bps)):.2f} bps"
+    if len(bps) > 1:
+        spread += f" (assets {min(bps):.2f}-{max(bps):.2f})"
+    return (f"data: periods_per_year {info['periods_per_year']:g} ({info['periods_per_year_source']}) | "
+            f"spread: {'/'.join(sources)}, {spread}")
 
 
 def _with_files(msg: str, files: Mapping[str, str]) -> str:

@@ -21,7 +21,8 @@ Keys of ``data_cfg`` (all optional except where noted):
   window are kept for the features and the observation window only. ``rl-zerosync evaluate
   --walk-forward K`` (:mod:`rl_zerosync.walkforward`) sets it per fold.
 * ``features``: :class:`~rl_zerosync.envs.market.FeatureConfig` keywords.
-* ``periods_per_year`` (252), ``device`` ("cpu").
+* ``periods_per_year`` (``"auto"``: files infer it from their timestamps, see
+  :func:`~rl_zerosync.envs.loaders.load_market`; synthetic series are daily bars, 252), ``device`` ("cpu").
 * ``max_abs_log_return`` (0.5): a close-to-close ``|log return|`` above this on any bar is bad data
   (ValueError naming the file or asset, the row/bar and both closes); ``0`` or ``null`` turns the
   check off.
@@ -32,12 +33,15 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from rl_zerosync.envs.loaders import check_periods_per_year
 from rl_zerosync.envs.market import (
     DEFAULT_MAX_ABS_LOG_RETURN, SPLITS, FeatureConfig, MarketData, check_fractions, check_market_log_returns,
     check_max_abs_log_return, check_window,
 )
 
 SOURCES = ("synthetic", "csv", "parquet")
+SYNTHETIC_PERIODS_PER_YEAR = 252.0
+"""Bars per year of the synthetic series (daily bars) under ``periods_per_year: auto``."""
 _COMMON = ("source", "split", "window", "features", "periods_per_year", "device", "max_abs_log_return")
 _SYNTHETIC = ("num_assets", "num_bars", "seed", "synthetic", "regenerate_every")
 _FILES = ("paths", "columns", "asset_column", "names", "spread_source", "spread_bps", "cs_window",
@@ -85,9 +89,8 @@ def make_market(data_cfg: Mapping[str, Any] | None, split: str = "train") -> Mar
     fractions = split_fractions(cfg.get("split", DEFAULT_SPLIT))
     window = check_window(cfg["window"]) if cfg.get("window") is not None else None
     features = FeatureConfig.from_dict(cfg.get("features"))
-    ppy = cfg.get("periods_per_year", 252.0)
-    if isinstance(ppy, bool) or not isinstance(ppy, (int, float)):
-        raise ValueError(f"data.periods_per_year: expected a number > 0, got {ppy!r}")
+    ppy = cfg.get("periods_per_year", "auto")
+    check_periods_per_year(ppy)
     device = cfg.get("device", "cpu")
     limit = check_max_abs_log_return(cfg.get("max_abs_log_return", DEFAULT_MAX_ABS_LOG_RETURN))
     if source == "synthetic":
@@ -99,7 +102,8 @@ def make_market(data_cfg: Mapping[str, Any] | None, split: str = "train") -> Mar
         try:
             market = synthetic_market(
                 cfg.get("num_assets", 4), cfg.get("num_bars", 20000), cfg.get("seed", 0),
-                features=features, periods_per_year=float(ppy), device=device, **dict(model),
+                features=features, periods_per_year=SYNTHETIC_PERIODS_PER_YEAR if ppy == "auto" else float(ppy),
+                device=device, **dict(model),
             )
         except TypeError as exc:  # unknown model keyword
             raise ValueError(f"data.synthetic: {exc}") from exc
@@ -110,7 +114,7 @@ def make_market(data_cfg: Mapping[str, Any] | None, split: str = "train") -> Mar
         if "paths" not in cfg:
             raise ValueError(f"data.paths: required for source {source!r}")
         kwargs = {k: cfg[k] for k in _FILES if k in cfg and k != "paths"}
-        market = load_market(cfg["paths"], fmt=source, features=features, periods_per_year=float(ppy),
+        market = load_market(cfg["paths"], fmt=source, features=features, periods_per_year=ppy,
                              device=device, max_abs_log_return=limit, **kwargs)
     if split == "all":
         return market if window is None else market.window(*window)

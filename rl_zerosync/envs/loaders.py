@@ -16,6 +16,14 @@ Relative spread per bar, by ``spread_source``:
 * ``"auto"``: bid/ask if both columns exist, else Corwin-Schultz if high/low exist, else fixed if
   ``spread_bps`` is set, else ValueError.
 
+``periods_per_year`` (annualization of Sharpe, volatility and returns): a number, or ``"auto"``
+(the default): with timestamps, the observed bars per calendar year, ``(n - 1) / span`` per asset
+(span in years of 365.2425 days), median over assets, snapped to a common convention within 5%
+(12 monthly, 52 weekly, 252 trading days, 365 calendar days, 1,638 = 252 x 6.5 equity hours,
+1,764 = 252 x 7, 8,760 hours, 98,280 = 252 x 390 equity minutes, 525,600 minutes), else rounded;
+without timestamps 252 (trading days), and the returned market says it was assumed. The choice
+and the spread source with its median in bps per asset are in ``MarketData.source_info``.
+
 Bad data raises ValueError naming the file, the column and the row (0-based data row; the CSV line
 is row + 2): missing columns, non-numeric / non-finite / non-positive prices, high < low, bid > ask,
 unparseable, duplicate or decreasing timestamps, fewer rows than ``features.warmup + 2``, and
@@ -26,6 +34,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -55,7 +64,7 @@ def load_market(
     timestamp_format: str | None = None,
     dayfirst: bool = False,
     features: FeatureConfig | None = None,
-    periods_per_year: float = 252.0,
+    periods_per_year: float | str = "auto",
     device: str = "cpu",
     max_abs_log_return: float | None = None,
 ) -> MarketData:
@@ -76,27 +85,74 @@ def load_market(
     unknown = sorted(set(columns or {}) - set(COLUMN_KEYS))
     if unknown:
         raise ValueError(f"data.columns: unknown key(s) {unknown}; allowed keys are {list(COLUMN_KEYS)}")
-    closes, spreads, stamps, asset_names = [], [], [], []
+    check_periods_per_year(periods_per_year)
+    closes, spreads, stamps, asset_names, sources = [], [], [], [], []
     for path in paths:
         frame = _read(str(path), fmt)
         for asset, part in _assets(str(path), frame, asset_column):
             where = f"file {path}" + (f", asset {asset!r}" if asset_column else "")
             cols = _resolve_columns(where, part, columns or {})
-            close, spread, ts = _clean(where, part, cols, features, spread_source, spread_bps, cs_window,
-                                       min_spread_bps, timestamp_format, dayfirst)
+            close, (spread, source), ts = _clean(where, part, cols, features, spread_source, spread_bps,
+                                                 cs_window, min_spread_bps, timestamp_format, dayfirst)
             check_log_returns(f"{where}, column {cols['close']!r}", close, limit,
                               labels=part.index.to_numpy(), unit="row")
             closes.append(close)
             spreads.append(spread)
             stamps.append(ts)
+            sources.append(source)
             asset_names.append(str(asset) if asset_column else os.path.splitext(os.path.basename(str(path)))[0])
     if names is not None:
         if len(names) != len(closes):
             raise ValueError(f"data.names: expected {len(closes)} names (one per asset), got {len(names)}")
         asset_names = [str(n) for n in names]
     has_ts = all(t is not None for t in stamps)
-    return build_market(closes, spreads, names=asset_names, features=features,
-                        timestamps=stamps if has_ts else None, periods_per_year=periods_per_year, device=device)
+    ppy, ppy_source = resolve_periods_per_year(periods_per_year, stamps if has_ts else None)
+    market = build_market(closes, spreads, names=asset_names, features=features,
+                          timestamps=stamps if has_ts else None, periods_per_year=ppy, device=device)
+    info = {
+        "periods_per_year": ppy,
+        "periods_per_year_source": ppy_source,
+        "spread_source": dict(zip(asset_names, sources)),
+        # bar 0 of Corwin-Schultz has no estimate (the floor), so the median is over bars 1..n-1
+        "median_spread_bps": {n: float(np.median(sp[1:]) * 1e4) for n, sp in zip(asset_names, spreads)},
+    }
+    return replace(market, source_info=info)
+
+
+PERIODS_PER_YEAR_CONVENTIONS = (12.0, 52.0, 252.0, 365.0, 252.0 * 6.5, 252.0 * 7.0, 8760.0, 252.0 * 390.0,
+                                525600.0)
+"""Bars per year that ``"auto"`` snaps to when the observed rate is within 5% of one."""
+
+
+def check_periods_per_year(value: Any) -> None:
+    """``data.periods_per_year``: a finite number > 0 or ``"auto"`` (ValueError naming the key)."""
+    if value == "auto":
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"data.periods_per_year: expected a finite number > 0 or 'auto', got {value!r}")
+
+
+def resolve_periods_per_year(value: float | str, timestamps: Sequence[np.ndarray] | None) -> tuple[float, str]:
+    """(bars per year, where it came from) for ``value`` (a number, or ``"auto"``; see the module doc)."""
+    check_periods_per_year(value)
+    if value != "auto":
+        return float(value), "data.periods_per_year"
+    if timestamps is None:
+        return 252.0, "assumed 252 (trading days): the data has no timestamps; set data.periods_per_year"
+    year = np.timedelta64(int(365.2425 * 86400), "s")
+    rates, spans = [], []
+    for ts in timestamps:
+        span = (ts[-1] - ts[0]) / year  # years, float
+        if len(ts) >= 2 and span > 0:
+            rates.append((len(ts) - 1) / span)
+            spans.append(span)
+    if not rates:
+        return 252.0, "assumed 252 (trading days): the timestamps span no time; set data.periods_per_year"
+    observed = float(np.median(rates))
+    near = min(PERIODS_PER_YEAR_CONVENTIONS, key=lambda c: abs(observed / c - 1.0))
+    chosen = near if abs(observed / near - 1.0) <= 0.05 else float(round(observed))
+    return chosen, (f"inferred from timestamps: {observed:,.1f} bars per year observed (median over "
+                    f"{len(rates)} asset(s), {float(np.median(spans)):.2f} years each), set to {chosen:g}")
 
 
 def corwin_schultz(high: np.ndarray, low: np.ndarray) -> np.ndarray:
@@ -229,9 +285,8 @@ def _show(value: Any) -> str:
     return repr(value)
 
 
-def _spread(where, prices, cols, source, spread_bps, cs_window, min_spread_bps) -> np.ndarray:
-    import pandas as pd
-
+def _spread(where, prices, cols, source, spread_bps, cs_window, min_spread_bps) -> tuple[np.ndarray, str]:
+    """(relative spread per bar, the source used: ``auto`` resolved)."""
     have_ba = "bid" in prices and "ask" in prices
     have_hl = "high" in prices and "low" in prices
     if source == "auto":
@@ -240,6 +295,14 @@ def _spread(where, prices, cols, source, spread_bps, cs_window, min_spread_bps) 
             raise ValueError(
                 f"{where}: no bid/ask or high/low columns to estimate the spread and no data.spread_bps set"
             )
+    return _spread_values(where, prices, cols, source, spread_bps, cs_window, min_spread_bps), source
+
+
+def _spread_values(where, prices, cols, source, spread_bps, cs_window, min_spread_bps) -> np.ndarray:
+    import pandas as pd
+
+    have_ba = "bid" in prices and "ask" in prices
+    have_hl = "high" in prices and "low" in prices
     if source == "bid_ask":
         if not have_ba:
             raise ValueError(f"{where}: spread_source 'bid_ask' needs columns bid and ask; found {sorted(cols)}")
