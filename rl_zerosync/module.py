@@ -4,7 +4,8 @@ Modes (``model_config["action_mode"]``):
 
 * ``"routed"``: Q over the 5 exposures (action space ``Discrete(5)``); order type and urgency are
   added by the routing rule outside the network.
-* ``"flat"``: Q over all 45 factored actions (``Discrete(45)``).
+* ``"flat"``: Q over all 45 factored actions (``Discrete(45)``), or over any ``Discrete(n)`` action
+  space of another batched env (:mod:`rl_zerosync.envs.protocol`).
 * ``"branching"``: action-branching dueling head (BDQ): a shared MLP torso, one value stream
   ``V`` and advantage heads of sizes 5, 3, 3; ``Q_b = V + A_b - mean(A_b)`` per branch. The action
   space is ``Discrete(45)`` (factored index ``e * 9 + o * 3 + u``); the greedy action is the
@@ -166,7 +167,8 @@ class ZeroSyncQModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAPI
     """DQN RLModule for the routed, flat and branching action modes (see the module docstring).
 
     ``model_config`` keys: ``action_mode`` ("routed" | "flat" | "branching"; if absent it is
-    inferred from the action space: Discrete(5) -> routed, Discrete(45) -> flat), ``hidden``
+    inferred from the action space: Discrete(5) -> routed, any other Discrete(n) -> flat; flat takes
+    any ``n >= 2``, routed needs 5 and branching 45), ``hidden``
     (list of positive ints, default [256, 256]), ``dueling`` (bool, routed/flat only; branching is
     always dueling), ``double_q`` (bool, default True), ``epsilon`` (float or schedule),
     ``num_atoms`` (must be 1 if given: distributional DQN is not supported), ``layernorm`` (bool,
@@ -188,15 +190,12 @@ class ZeroSyncQModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAPI
         n = int(self.action_space.n)
         mode = cfg.get("action_mode")
         if mode is None:
-            mode = {NUM_EXPOSURES: "routed", NUM_ACTIONS: "flat"}.get(n)
-            if mode is None:
-                raise ValueError(
-                    f"model_config['action_mode'] is missing and cannot be inferred from "
-                    f"action_space Discrete({n}); expected one of {ACTION_MODES}"
-                )
+            mode = "routed" if n == NUM_EXPOSURES else "flat"
         if mode not in ACTION_MODES:
             raise ValueError(f"model_config['action_mode'] must be one of {ACTION_MODES}, got {mode!r}")
-        if n != _ACTIONS_PER_MODE[mode]:
+        if mode == "flat" and n < 2:
+            raise ValueError(f"action_space must be Discrete(n) with n >= 2 for action_mode 'flat', got Discrete({n})")
+        if mode != "flat" and n != _ACTIONS_PER_MODE[mode]:
             raise ValueError(
                 f"action_space must be Discrete({_ACTIONS_PER_MODE[mode]}) for action_mode "
                 f"{mode!r}, got Discrete({n})"

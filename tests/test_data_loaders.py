@@ -63,7 +63,7 @@ def test_googl_loads_runs_a_random_episode_and_metrics_are_finite():
     env.reset()
     gen = torch.Generator().manual_seed(0)
     for _ in range(200):
-        obs, reward, term, trunc = env.step(torch.randint(0, 45, (4,), generator=gen))
+        obs, reward, term, trunc, _ = env.step(torch.randint(0, 45, (4,), generator=gen))
         assert torch.isfinite(obs).all() and torch.isfinite(reward).all()
     assert trunc.all()
     vec = env.metrics_vector()

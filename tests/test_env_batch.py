@@ -32,7 +32,7 @@ def test_batched_equals_twin_step_by_step(market, fill_mode):
     actions = random_actions(200, 3, seed=1)
     ended = 0
     for step in range(200):
-        obs_b, rew_b, term_b, trunc_b = env.step(actions[step])
+        obs_b, rew_b, term_b, trunc_b, _ = env.step(actions[step])
         for i, tw in enumerate(twins):
             o, r, te, tr, info = tw.step(int(actions[step, i]))
             assert np.allclose(env.final_obs[i].numpy(), o, atol=1e-6), (step, i)
@@ -50,7 +50,7 @@ def trajectory(market, params, seed, steps=120):
     env = BatchedTradingEnv(market, params, num_envs=16, seed=seed)
     out = [env.reset()]
     for a in random_actions(steps, 16, seed=2):
-        obs, r, te, tr = env.step(a)
+        obs, r, te, tr, _ = env.step(a)
         out += [obs, r[:, None], te[:, None].float(), tr[:, None].float()]
     return torch.cat(out, dim=1)
 
@@ -114,8 +114,8 @@ def test_no_look_ahead():
         assert torch.equal(bar, e2.state.t)
         seen = bar <= t0
         assert torch.equal(o1[seen], o2[seen])
-        o1, r1, _, _ = e1.step(a)
-        o2, r2, _, _ = e2.step(a)
+        o1, r1, _, _, _ = e1.step(a)
+        o2, r2, _, _, _ = e2.step(a)
         earned = bar + 1 <= t0  # reward of the trade at `bar` is the return into bar + 1
         assert torch.equal(r1[earned], r2[earned])
         checked += int(earned.sum())

@@ -35,7 +35,7 @@ def test_fifty_steps_without_host_sync(market, fill_mode):
     torch.cuda.set_sync_debug_mode("error")
     try:
         for _ in range(50):
-            obs, reward, terminated, truncated = env.step(policy(env))
+            obs, reward, terminated, truncated, _ = env.step(policy(env))
             routing = (env.spread, env.median_spread, env.vol, env.median_vol)
         vec = env.metrics_vector().clone()
         env.reset_metrics()
@@ -58,8 +58,8 @@ def test_cpu_and_gpu_trajectories_match(market, fill_mode):
     for _ in range(120):
         a = policy(cpu)
         assert torch.equal(policy(gpu).cpu(), a)
-        oc, rc, tc, uc = cpu.step(a)
-        og, rg, tg, ug = gpu.step(a.cuda())
+        oc, rc, tc, uc, _ = cpu.step(a)
+        og, rg, tg, ug, _ = gpu.step(a.cuda())
         assert torch.equal(gpu.state.t.cpu(), cpu.state.t) and torch.equal(gpu.state.asset.cpu(), cpu.state.asset)
         assert torch.equal(tg.cpu(), tc) and torch.equal(ug.cpu(), uc)
         assert torch.allclose(og.cpu(), oc, rtol=1e-4, atol=1e-5)

@@ -160,7 +160,7 @@ def test_observation_layout_and_auto_reset():
     lr = data.ret_norm[0]
     assert torch.allclose(obs[0, :2], lr[1:3]) and obs[0, 2] == 0.0 and obs[0, 5] == 0.0
     for j, e in enumerate(EXPOSURES):
-        obs, reward, term, trunc = env.step(torch.tensor([encode(e, 0, 2)] * 2))
+        obs, reward, term, trunc, _ = env.step(torch.tensor([encode(e, 0, 2)] * 2))
         if j < 4:
             assert not trunc.any()
             assert torch.equal(obs, env.final_obs)
@@ -189,7 +189,7 @@ def test_metrics_accumulate_completed_episodes():
     rewards = []
     for _ in range(12):  # two full episodes and two steps of a third
         a = torch.from_numpy(rng.integers(0, 45, size=3))
-        _, r, _, _ = env.step(a)
+        _, r, _, _, _ = env.step(a)
         rewards.append(r.clone())
     names = env.metrics_names()
     vec = dict(zip(names, env.metrics_vector().tolist()))

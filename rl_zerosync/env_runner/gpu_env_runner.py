@@ -54,7 +54,9 @@ from rl_zerosync.env_runner.episodes import EpisodeBuilder
 from rl_zerosync.env_runner.rollout import EXPLORE, GREEDY, RANDOM, ROLLOUT_KEYS, ROUTING_KEYS, DeviceRollout
 from rl_zerosync.env_runner.settings import RunnerSettings, action_mode_from_model_config
 from rl_zerosync.env_runner.weights import copy_weights_in_place
-from rl_zerosync.envs import BatchedTradingEnv, EnvParams, FeatureConfig, make_market, summarize_metrics
+from rl_zerosync.envs import BatchedTradingEnv, EnvParams, make_market
+from rl_zerosync.envs.batched import observation_space  # noqa: F401  (re-exported by env_runner)
+from rl_zerosync.envs.protocol import BatchedEnv, resolve_batched_env, spaces_of
 from rl_zerosync.envs.fresh import FreshSeries, regenerate_every
 from rl_zerosync.kernels import get_kernels
 
@@ -67,19 +69,8 @@ DEFAULT_EPSILON = [(0, 1.0), (10000, 0.05)]
 """``DQNConfig.epsilon``'s default, for configs without an ``epsilon`` field."""
 TRADING_METRICS = "trading"
 """Key under which the env's trading metrics (episode PnL, costs, turnover, action mix) are logged."""
-
-
-def observation_space(params: EnvParams, features: FeatureConfig) -> gym.spaces.Box:
-    """The trading env's observation space, built without market data (bounds as ``TradingGymEnv``:
-    clipped normalized returns, position within the exposure levels, clipped log ratios, progress)."""
-    d, k = params.observation_dim, params.window
-    low = np.full(d, -features.ratio_clip, dtype=np.float32)
-    high = np.full(d, features.ratio_clip, dtype=np.float32)
-    low[:k], high[:k] = -features.ret_clip, features.ret_clip
-    low[k] = min(params.exposure_levels + (0.0,))
-    high[k] = max(params.exposure_levels + (0.0,))
-    low[k + 3], high[k + 3] = 0.0, 1.0
-    return gym.spaces.Box(low=low, high=high, dtype=np.float32)
+ENV_METRICS = "env_metrics"
+"""Key under which another batched env's ``summarize_metrics`` are logged."""
 
 
 def resolve_device(setting: str) -> torch.device:
@@ -98,11 +89,16 @@ def _positive_int(name: str, value: Any) -> int:
 
 
 class GPUEnvRunner(EnvRunner, Checkpointable):
-    """EnvRunner owning N batched trading envs and the inference Q module on one device.
+    """EnvRunner owning N batched envs and the inference Q module on one device.
+
+    The env is ``config.env``: None or ``"rl_zerosync/Trading-v0"`` (the trading env), another
+    registered batched env (e.g. ``"rl_zerosync/CartPole-v1"``) or a
+    :class:`~rl_zerosync.envs.protocol.BatchedEnv` subclass; anything else is a ValueError naming it.
 
     Configuration: ``config.env_config = {"data": ..., "env": ..., "runner": ...}`` (see
-    ``docs/ARCHITECTURE.md``), ``config.model_config["action_mode"]`` ("routed" default,
-    "flat", "branching"), ``num_envs_per_env_runner`` = N, ``rollout_fragment_length`` = T.
+    ``docs/ARCHITECTURE.md``; other envs get the whole ``env_config``),
+    ``config.model_config["action_mode"]`` ("routed" default for the trading env, "flat" for others,
+    "branching"), ``num_envs_per_env_runner`` = N, ``rollout_fragment_length`` = T.
 
     The local runner (``worker_index == 0``) of a group that also has remote runners keeps its
     module on the CPU and builds no envs until ``sample()`` is called on it.
@@ -129,21 +125,28 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
         self.num_steps = _positive_int(
             "rollout_fragment_length", self.config.get_rollout_fragment_length(self.worker_index)
         )
+        self._env_factory = resolve_batched_env(self.config.env)
+        self.is_trading = self._env_factory is BatchedTradingEnv
         model_config = self.config.get_rl_module_spec(inference_only=True).model_config
-        self.action_mode = action_mode_from_model_config(model_config)
+        self.action_mode = action_mode_from_model_config(model_config, trading=self.is_trading)
         self._lazy = self.worker_index == 0 and (self.config.num_env_runners or 0) > 0
         self.device = torch.device("cpu") if self._lazy else resolve_device(self.settings.device)
         base_seed = self.settings.seed if self.settings.seed is not None else (self.config.seed or 0)
         self.seed = int(base_seed) + self.worker_index
-        features = FeatureConfig.from_dict((env_config.get("data") or {}).get("features"))
-        self._observation_space = observation_space(self.env_params, features)
-        self._action_space = gym.spaces.Discrete(NUM_EXPOSURES if self.action_mode == "routed" else NUM_ACTIONS)
+        self._observation_space, env_actions = spaces_of(self.config.env, env_config)
+        if self.is_trading:
+            self._action_space = gym.spaces.Discrete(NUM_EXPOSURES if self.action_mode == "routed" else NUM_ACTIONS)
+        elif self.action_mode != "flat":
+            raise ValueError(f"model_config action_mode {self.action_mode!r} needs the trading env's action layout; "
+                             f"config.env {self.config.env!r} takes action_mode 'flat'")
+        else:
+            self._action_space = env_actions
         self._weights_seq_no = 0
         self._rng_step = 0
         self._rollouts = 0
         self._regenerate_every = 0
         self._fresh: Optional[FreshSeries] = None
-        self.env: Optional[BatchedTradingEnv] = None
+        self.env: Optional[BatchedEnv] = None
         self._rollout: Optional[DeviceRollout] = None
         self._episodes: Optional[EpisodeBuilder] = None
         self.last_extras: Dict[str, torch.Tensor] = {}
@@ -162,6 +165,10 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
     @override(EnvRunner)
     def make_env(self) -> None:
         env_config = self.config.env_config or {}
+        if not self.is_trading:
+            self.env = self._env_factory(dict(env_config), self.num_envs, self.device, self.seed)
+            self._make_rollout()
+            return
         data_cfg = env_config.get("data")
         self._regenerate_every = regenerate_every(data_cfg)
         if self._regenerate_every:
@@ -176,6 +183,9 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
         env_seed = None if "seed" in (env_config.get("env") or {}) else self.seed
         self.env = BatchedTradingEnv(data, self.env_params, self.num_envs, self.device, seed=env_seed,
                                      env_id_offset=offset)
+        self._make_rollout()
+
+    def _make_rollout(self) -> None:
         s = self.settings
         self._rollout = DeviceRollout(
             env=self.env,
@@ -303,13 +313,16 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
             m.log_value(EPISODE_RETURN_MAX, stats["return_max"], reduce="max", window=win)
             m.log_value(EPISODE_LEN_MIN, stats["len_min"], reduce="min", window=win)
             m.log_value(EPISODE_LEN_MAX, stats["len_max"], reduce="max", window=win)
-        trading = summarize_metrics(host["env_metrics"].tolist())  # host read: pinned host copy
-        for key, value in trading.items():
+        if self.env.metrics_vector() is None:
+            return
+        named = self.env.summarize_metrics(host["env_metrics"].tolist())  # host read: pinned host copy
+        group = TRADING_METRICS if self.is_trading else ENV_METRICS
+        for key, value in named.items():
             if key.startswith("episode_") and done == 0:
                 continue
             if key in ("episodes", "env_steps"):
                 continue
-            m.log_value((TRADING_METRICS, key), value, window=win)
+            m.log_value((group, key), value, window=win)
 
     @override(EnvRunner)
     def get_metrics(self) -> ResultDict:

@@ -17,7 +17,7 @@ Buffer layout (byte offsets aligned to 256), leading part first:
 """
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, is_dataclass
 from typing import Dict, Optional, Sequence, Union
 
 import torch
@@ -26,7 +26,7 @@ from rl_zerosync.actions import BRANCH_SIZES, NUM_ACTIONS, NUM_EXPOSURES
 from rl_zerosync.env_runner.episode_stats import NUM_STATS, EpisodeStatsTracker
 from rl_zerosync.env_runner.epsilon import DeviceEpsilonSchedule
 from rl_zerosync.env_runner.packed import Column, PackedColumns
-from rl_zerosync.envs.batched import BatchedTradingEnv
+from rl_zerosync.envs.protocol import BatchedEnv
 from rl_zerosync.kernels import AsyncReadback, Kernels
 
 ROLLOUT_KEYS = (
@@ -43,10 +43,11 @@ EXPLORE, GREEDY, RANDOM = "explore", "greedy", "random"
 
 
 class DeviceRollout:
-    """Preallocated buffers and the T-step device loop for one ``BatchedTradingEnv``.
+    """Preallocated buffers and the T-step device loop for one :class:`BatchedEnv`.
 
     Args:
-        env: The batched envs (their device is the rollout's device).
+        env: The batched envs (their device is the rollout's device). ``routed`` needs its
+            ``route_inputs()``; without ``metrics_vector()`` the ``env_metrics`` column stays zero.
         module: Inference copy of the Q module on the same device (``q_values`` / ``branch_q``).
         kernels: ``get_kernels(device)``.
         action_mode: "routed", "flat" or "branching".
@@ -61,7 +62,7 @@ class DeviceRollout:
     def __init__(
         self,
         *,
-        env: BatchedTradingEnv,
+        env: BatchedEnv,
         module: torch.nn.Module,
         kernels: Kernels,
         action_mode: str,
@@ -80,7 +81,9 @@ class DeviceRollout:
         self.device = env.device
         self.num_envs = n = env.num_envs
         self.num_steps = t = num_steps
-        self.obs_dim = d = env.observation_dim
+        self.obs_dim = d = int(env.observation_space.shape[0])
+        self._routing = env.route_inputs() is not None
+        self._env_metrics = env.metrics_vector() is not None
         self.seed = int(seed)
         self.env_step_increment = int(env_step_increment or n)
         self.route_kwargs = dict(wide=wide, high_vol=high_vol, low_vol=low_vol)
@@ -88,7 +91,7 @@ class DeviceRollout:
         self.packed = PackedColumns(
             [
                 Column("stats", torch.float64, (NUM_STATS,)),
-                Column("env_metrics", torch.float64, (env.metrics_vector().numel(),)),
+                Column("env_metrics", torch.float64, (env.metrics_vector().numel() if self._env_metrics else 1,)),
                 Column("epsilon", f32, (t,)),
                 Column("actions", i64, (t, n)),
                 Column("factored_actions", i64, (t, n)),
@@ -132,7 +135,12 @@ class DeviceRollout:
             self._q = tuple(torch.zeros(n, b, device=self.device) for b in BRANCH_SIZES)
             k.bind_branching_select(*self._q, v["epsilon"][0:1], self.rng_step, v["factored_actions"][0],
                                     seed=self.seed)
-        elif q_width is not None:
+        elif q_width is not None or self.action_mode == "flat":
+            if self.action_mode == "routed" and not self._routing:
+                raise ValueError(f"action_mode 'routed' needs an env with routing inputs (the trading env); "
+                                 f"{type(self.env).__name__} has none: use action_mode 'flat'")
+            if self.action_mode == "flat":
+                q_width = int(self.env.action_space.n)
             self._q = (torch.zeros(n, q_width, device=self.device),)
             k.bind_epsilon_greedy(self._q[0], v["epsilon"][0:1], self.rng_step, v["actions"][0], seed=self.seed)
             if self.action_mode == "routed":
@@ -175,15 +183,16 @@ class DeviceRollout:
     def _step(self, t: int) -> None:
         """One env step ``t`` of the rollout, entirely on the device."""
         v, env = self.views, self.env
-        for r in ROUTING_KEYS:
-            v[r][t].copy_(getattr(env, r))
+        if self._routing:
+            for r, value in zip(ROUTING_KEYS, env.route_inputs()):
+                v[r][t].copy_(value)
         self._select(t)
-        obs, reward, terminated, truncated = env.step(v["factored_actions"][t])
+        obs, reward, terminated, truncated, final_obs = env.step(v["factored_actions"][t])
         v["rewards"][t].copy_(reward)
         v["terminateds"][t].copy_(terminated)
         v["truncateds"][t].copy_(truncated)
-        # The env's final_obs is every transition's next observation (pre-reset where one ended).
-        v["next_obs"][t].copy_(env.final_obs)
+        # final_obs is every transition's next observation (pre-reset where one ended).
+        v["next_obs"][t].copy_(final_obs)
         (v["obs"][t + 1] if t + 1 < self.num_steps else self.cur_obs).copy_(obs)
         self.rng_step.add_(1)
         self.env_steps.add_(self.env_step_increment)
@@ -196,32 +205,37 @@ class DeviceRollout:
             for t in range(self.num_steps):
                 self._step(t)
             self.stats.update(v["rewards"], v["terminateds"], v["truncateds"], v["stats"])
-            v["env_metrics"].copy_(self.env.metrics_vector())
-            self.env.reset_metrics()
+            if self._env_metrics:
+                v["env_metrics"].copy_(self.env.metrics_vector())
+                self.env.reset_metrics()
 
     # --- CUDA graph ---------------------------------------------------------------------------
     def _capture(self) -> None:
         """Captures one whole rollout in a CUDA graph (after an eager warm-up rollout).
 
-        The env rebinds its state (a dataclass of tensors), ``final_obs`` and routing inputs at
-        every step. The captured region ends by copying their final values into the tensors the
+        The trading env rebinds its state (a dataclass of tensors), ``final_obs`` and routing inputs
+        at every step. The captured region ends by copying their final values into the tensors the
         first step reads, and the env is pointed back at those, so each replay continues where
-        the previous one stopped.
+        the previous one stopped. Envs that update their tensors in place need none of this.
         """
         env = self.env
-        carried = {name: getattr(env, name) for name in ("final_obs", *ROUTING_KEYS)}
-        state0 = env.state
+        carried = {name: getattr(env, name) for name in ("final_obs", *ROUTING_KEYS)
+                   if isinstance(getattr(env, name, None), torch.Tensor)}
+        state0 = env.state if is_dataclass(getattr(env, "state", None)) else None
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             self._rollout_body()
-            final = env.state
-            for f in fields(state0):
-                first, last = getattr(state0, f.name), getattr(final, f.name)
-                if isinstance(first, torch.Tensor) and first is not last:
-                    first.copy_(last)
+            if state0 is not None:
+                final = env.state
+                for f in fields(state0):
+                    first, last = getattr(state0, f.name), getattr(final, f.name)
+                    if isinstance(first, torch.Tensor) and first is not last:
+                        first.copy_(last)
             for name, first in carried.items():
-                first.copy_(getattr(env, name))
-        env.state = state0
+                if getattr(env, name) is not first:
+                    first.copy_(getattr(env, name))
+        if state0 is not None:
+            env.state = state0
         for name, first in carried.items():
             setattr(env, name, first)
         self._graph = graph

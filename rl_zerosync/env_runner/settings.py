@@ -117,9 +117,10 @@ class RunnerSettings:
         return cls(**runner_cfg)
 
 
-def action_mode_from_model_config(model_config: Optional[Mapping[str, Any]]) -> str:
-    """``model_config["action_mode"]`` (default "routed"), validated."""
-    mode = (model_config or {}).get("action_mode", "routed")
+def action_mode_from_model_config(model_config: Optional[Mapping[str, Any]], *, trading: bool = True) -> str:
+    """``model_config["action_mode"]`` (default "routed" for the trading env, "flat" for other
+    batched envs), validated."""
+    mode = (model_config or {}).get("action_mode", "routed" if trading else "flat")
     if mode not in ACTION_MODES:
         raise ValueError(f"model_config['action_mode'] must be one of {ACTION_MODES}, got {mode!r}")
     return mode

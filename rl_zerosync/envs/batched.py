@@ -1,24 +1,46 @@
-"""``BatchedTradingEnv``: a thin stateful shell around the pure functions of :mod:`.core`."""
+"""``BatchedTradingEnv``: a thin stateful shell around the pure functions of :mod:`.core`; the
+trading implementation of :class:`~rl_zerosync.envs.protocol.BatchedEnv`."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
+import gymnasium as gym
+import numpy as np
 import torch
 
+from rl_zerosync.actions import NUM_ACTIONS
 from rl_zerosync.envs.core import EnvState, EnvTables, env_step, init_state, make_tables, observe, route_inputs
 from rl_zerosync.envs.episode_stats import EP_INDEX, METRICS_SIZE, metrics_names
-from rl_zerosync.envs.market import MarketData
+from rl_zerosync.envs.market import FeatureConfig, MarketData
 from rl_zerosync.envs.params import EnvParams
+from rl_zerosync.envs.protocol import BatchedEnv
 
 
-class BatchedTradingEnv:
+def observation_space(params: EnvParams, features: FeatureConfig) -> gym.spaces.Box:
+    """The trading env's observation space, built without market data (bounds as ``TradingGymEnv``:
+    clipped normalized returns, position within the exposure levels, clipped log ratios, progress)."""
+    d, k = params.observation_dim, params.window
+    low = np.full(d, -features.ratio_clip, dtype=np.float32)
+    high = np.full(d, features.ratio_clip, dtype=np.float32)
+    low[:k], high[:k] = -features.ret_clip, features.ret_clip
+    low[k] = min(params.exposure_levels + (0.0,))
+    high[k] = max(params.exposure_levels + (0.0,))
+    low[k + 3], high[k + 3] = 0.0, 1.0
+    return gym.spaces.Box(low=low, high=high, dtype=np.float32)
+
+
+class BatchedTradingEnv(BatchedEnv):
     """N trading envs stepped together on one device, with auto-reset and no host reads in ``step``.
 
     Attributes updated by ``reset()``/``step()`` (device tensors):
     ``final_obs`` f32[N, D] (pre-reset next observation of every env; differs from the returned obs
     only where an episode ended), ``spread``, ``median_spread``, ``vol``, ``median_vol`` f32[N] (routing
     inputs at each env's current bar), ``state`` (:class:`EnvState`).
+
+    As a :class:`BatchedEnv` its action space is the factored ``Discrete(45)``
+    (:mod:`rl_zerosync.actions`); the GPU env runner builds it from ``env_config`` itself (market
+    data, splits, fresh series), so it is not constructed through the registry's factory signature.
     """
 
     def __init__(
@@ -48,27 +70,47 @@ class BatchedTradingEnv:
         self.state: EnvState = init_state(self.data, self.tables, self._env_ids)
         self.final_obs = observe(self.data, self.tables, self.state)
         self._update_route_inputs()
+        self.observation_space = observation_space(params, self.data.features)
+        self.action_space = gym.spaces.Discrete(NUM_ACTIONS)
 
     @property
     def observation_dim(self) -> int:
         return self.params.observation_dim
 
-    def reset(self) -> torch.Tensor:
-        """Start every env afresh (RNG step 0, metrics zeroed); returns obs f32[N, D]."""
+    @classmethod
+    def spaces_for(cls, env_config: Mapping[str, Any]) -> tuple[gym.spaces.Box, gym.spaces.Discrete]:
+        """Observation space from ``env_config["env"]`` / ``["data"]["features"]``; factored actions."""
+        features = FeatureConfig.from_dict((env_config.get("data") or {}).get("features"))
+        return observation_space(EnvParams.from_dict(env_config.get("env")), features), gym.spaces.Discrete(NUM_ACTIONS)
+
+    def reset(self, seed: Optional[int] = None) -> torch.Tensor:
+        """Start every env afresh (RNG step 0, metrics zeroed); returns obs f32[N, D]. ``seed``:
+        a new env seed (episode assets, start bars, stochastic fills); None keeps the current one."""
+        if seed is not None:
+            self.params = replace(self.params, seed=int(seed))
+            self.tables = make_tables(self.data, self.params)
         self.state = init_state(self.data, self.tables, self._env_ids)
         obs = observe(self.data, self.tables, self.state)
         self.final_obs = obs
         self._update_route_inputs()
         return obs
 
-    def step(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Apply factored actions i64[N] (0..44, not checked here); returns post-reset
-        ``(obs f32[N, D], reward f32[N], terminated bool[N], truncated bool[N])``."""
+    def step(self, actions: torch.Tensor):
+        """Apply factored actions i64[N] (0..44, not checked here); returns ``(obs f32[N, D] (post
+        reset), reward f32[N], terminated bool[N], truncated bool[N], final_obs f32[N, D])``."""
         self.state, obs, reward, terminated, truncated, self.final_obs = env_step(
             self.data, self.tables, self.state, actions
         )
         self._update_route_inputs()
-        return obs, reward, terminated, truncated
+        return obs, reward, terminated, truncated, self.final_obs
+
+    def route_inputs(self) -> tuple[torch.Tensor, ...]:
+        return self.spread, self.median_spread, self.vol, self.median_vol
+
+    def summarize_metrics(self, values: list) -> dict[str, float]:
+        from rl_zerosync.envs.episode_stats import summarize_metrics
+
+        return summarize_metrics(values)
 
     def _update_route_inputs(self) -> None:
         self.spread, self.median_spread, self.vol, self.median_vol = route_inputs(self.data, self.state)

@@ -1,0 +1,155 @@
+"""``BatchedEnv``: the protocol the GPU env runner steps, and the registry of batched envs.
+
+A batched env holds N copies of one environment on one device and steps them together with
+device tensors in and out, auto-resetting the ones that ended. Implement it to train your own env
+with :class:`~rl_zerosync.algorithm.ZeroSyncDQN` (``GPUEnvRunner``)::
+
+    class MyEnv(BatchedEnv):
+        def __init__(self, env_config, num_envs, device, seed): ...
+        observation_space = gym.spaces.Box(-inf, inf, (D,), np.float32)   # one env's spaces
+        action_space = gym.spaces.Discrete(n)
+        def reset(self, seed=None) -> obs f32[N, D]
+        def step(self, actions i64[N]) -> (obs f32[N, D], reward f32[N], terminated bool[N],
+                                          truncated bool[N], final_obs f32[N, D])
+
+    register_batched_env("my/Env-v0", MyEnv)        # or pass the class itself
+    config = ZeroSyncDQNConfig().environment("my/Env-v0", env_config={...})
+
+Contract of ``step``: ``obs`` is the observation after auto-reset (what the next step acts on),
+``final_obs`` the observation each transition ended in (equal to ``obs`` except where an episode
+ended this step), both ``float32 [N, D]``; nothing in ``reset``/``step`` may read device memory on
+the host (the runner captures a whole rollout in a CUDA graph on a GPU: keep tensors at fixed
+addresses or return fresh ones; no Python branching on tensor values). Randomness should come from
+counters (see :mod:`rl_zerosync.kernels.rng`) or be graph-safe.
+
+Optional parts (defaults in the base class):
+
+* episode metrics: ``metrics_vector()`` (a float64 device vector accumulated since
+  ``reset_metrics()``) and ``summarize_metrics(values)`` (host list -> ``{name: float}``), logged
+  under ``"env_metrics"`` (the trading env: ``"trading"``) once per rollout;
+* routing inputs for ``action_mode: routed`` (trading envs only): ``route_inputs()`` ->
+  ``(spread, median_spread, vol, median_vol)`` f32[N];
+* ``spaces_for(env_config)``: a classmethod giving the spaces without building the envs (default:
+  a 1-env instance on the CPU).
+
+``action_mode: flat`` (Q over ``Discrete(n)``, any ``n >= 2``) works with every batched env;
+``routed`` and ``branching`` need the trading env's action layout (``rl_zerosync.actions``).
+"""
+from __future__ import annotations
+
+import abc
+from typing import Any, Callable, Mapping, Optional, Union
+
+import gymnasium as gym
+import torch
+
+TRADING_ENV_ID = "rl_zerosync/Trading-v0"
+"""The trading env (also the default when ``config.env`` is None)."""
+CARTPOLE_ENV_ID = "rl_zerosync/CartPole-v1"
+
+EnvFactory = Callable[..., "BatchedEnv"]
+_REGISTRY: dict[str, EnvFactory] = {}
+
+
+class BatchedEnv(abc.ABC):
+    """N envs on one device, stepped together (see the module doc for the contract)."""
+
+    num_envs: int
+    device: torch.device
+    observation_space: gym.spaces.Box
+    action_space: gym.spaces.Discrete
+
+    @abc.abstractmethod
+    def reset(self, seed: Optional[int] = None) -> torch.Tensor:
+        """Start every env afresh; returns obs f32[N, D]."""
+
+    @abc.abstractmethod
+    def step(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                                   torch.Tensor]:
+        """Apply actions i64[N]; returns ``(obs, reward, terminated, truncated, final_obs)``."""
+
+    # --- optional -----------------------------------------------------------------------------
+    @classmethod
+    def spaces_for(cls, env_config: Mapping[str, Any]) -> tuple[gym.spaces.Box, gym.spaces.Discrete]:
+        """(observation space, action space) of one env of this class."""
+        env = cls(env_config, 1, torch.device("cpu"), 0)
+        return env.observation_space, env.action_space
+
+    def metrics_vector(self) -> Optional[torch.Tensor]:
+        """Float64 device vector of episode metrics since ``reset_metrics`` (None: no metrics)."""
+        return None
+
+    def reset_metrics(self) -> None:
+        """Zero what ``metrics_vector`` accumulates."""
+
+    def summarize_metrics(self, values: list) -> dict[str, float]:
+        """Host values of ``metrics_vector`` -> named metrics."""
+        return {}
+
+    def route_inputs(self) -> Optional[tuple[torch.Tensor, ...]]:
+        """``(spread, median_spread, vol, median_vol)`` f32[N] at each env's current step, or None."""
+        return None
+
+
+def register_batched_env(name: str, factory: EnvFactory) -> None:
+    """Register ``factory(env_config, num_envs, device, seed)`` (usually a :class:`BatchedEnv`
+    subclass) under ``name`` for ``config.environment(name)``."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"register_batched_env: name must be a non-empty str, got {name!r}")
+    if not callable(factory):
+        raise ValueError(f"register_batched_env({name!r}): factory must be callable, got {factory!r}")
+    _REGISTRY[name] = factory
+
+
+def registered_batched_envs() -> list[str]:
+    _register_builtin()
+    return sorted(_REGISTRY)
+
+
+def _register_builtin() -> None:
+    if TRADING_ENV_ID not in _REGISTRY:
+        from rl_zerosync.envs.batched import BatchedTradingEnv
+        from rl_zerosync.envs.cartpole import BatchedCartPole
+
+        from rl_zerosync.envs.gym_twin import ENV_ID_IMPORTABLE
+
+        _REGISTRY.setdefault(TRADING_ENV_ID, BatchedTradingEnv)
+        _REGISTRY.setdefault(ENV_ID_IMPORTABLE, BatchedTradingEnv)  # the id the YAML settings use
+        _REGISTRY.setdefault(CARTPOLE_ENV_ID, BatchedCartPole)
+
+
+def resolve_batched_env(env: Union[None, str, type]) -> EnvFactory:
+    """The factory for ``config.env``: None (the trading env), a registered name, or a
+    :class:`BatchedEnv` subclass. Anything else is a ValueError naming the env and what is
+    supported (never a silent substitution)."""
+    _register_builtin()
+    if env is None:
+        return _REGISTRY[TRADING_ENV_ID]
+    if isinstance(env, type) and issubclass(env, BatchedEnv):
+        return env
+    if isinstance(env, str) and env in _REGISTRY:
+        return _REGISTRY[env]
+    what = env.__name__ if isinstance(env, type) else repr(env)
+    hint = (f"; for a batched CartPole use {CARTPOLE_ENV_ID!r}" if isinstance(env, str) and "cartpole" in env.lower()
+            else "")
+    raise ValueError(
+        f"config.env {what}: ZeroSyncDQN's GPU env runner steps batched envs (rl_zerosync.envs.BatchedEnv), "
+        f"and this is not one. Registered batched envs: {registered_batched_envs()}{hint}. Register yours "
+        "with rl_zerosync.envs.register_batched_env(name, cls) or pass a BatchedEnv subclass; for gymnasium "
+        "envs use stock RLlib DQN")
+
+
+def spaces_of(env: Union[None, str, type], env_config: Mapping[str, Any]) -> tuple[gym.spaces.Box, gym.spaces.Discrete]:
+    """One env's (observation, action) spaces for ``config.env`` (no envs built for the built-ins)."""
+    factory = resolve_batched_env(env)
+    if isinstance(factory, type) and issubclass(factory, BatchedEnv):
+        obs_space, act_space = factory.spaces_for(env_config)
+    else:
+        probe = factory(env_config, 1, torch.device("cpu"), 0)
+        obs_space, act_space = probe.observation_space, probe.action_space
+    if not isinstance(act_space, gym.spaces.Discrete) or int(act_space.n) < 2:
+        raise ValueError(f"config.env {env!r}: action space must be gymnasium.spaces.Discrete(n) with n >= 2, "
+                         f"got {act_space!r}")
+    if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
+        raise ValueError(f"config.env {env!r}: observation space must be a 1-D gymnasium.spaces.Box, got {obs_space!r}")
+    return obs_space, act_space
