@@ -18,6 +18,7 @@ _EXPORTS = {
     "TradingGymEnv": "rl_zerosync.envs",
     "load_settings": "rl_zerosync.settings",
     "to_rllib_config": "rl_zerosync.settings",
+    "Policy": "rl_zerosync.policy",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -1,0 +1,315 @@
+"""Policy export (TorchScript, ONNX) and ``Policy.act`` on raw bars, against the in-process policy and the env.
+
+One real tiny ``train`` run (routed, CSV data, 1 iteration, ~20 s) gives a checkpoint with RLlib's
+real layout; flat and branching checkpoints are built directly (a fresh module saved where
+``evaluate`` loads it, the run's settings and a manifest), which takes milliseconds.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")
+BARS = 1200
+SETTINGS = {
+    "run": {"name": "r", "iterations": 1, "checkpoint_every": 1, "seed": 0, "evaluate": False, "num_cpus": 2},
+    "model": {"action_mode": "routed", "hidden": [16, 16]},
+    "algo": {"lr": 1e-3, "batch_size": 32, "replay_ratio": 0.5, "learning_starts": 64, "target_update_freq": 10,
+             "epsilon": [[0, 1.0], [600, 0.1]], "num_envs_per_runner": 8, "rollout_length": 16,
+             "num_gpus_per_learner": 0},
+    "data": {"source": "csv", "features": {"warmup": 32, "median_window": 64}},
+    "env": {"episode_len": 32, "window": 8},
+    "runner": {"device": "cpu", "wide": 1.3},
+    "learner": {"replay_capacity": 2000, "graph": False},
+}
+
+
+def _write_csv(path: Path) -> pd.DataFrame:
+    from rl_zerosync.envs.synthetic import synthetic_series
+
+    raw = synthetic_series(1, BARS, seed=3)
+    close, spread = raw["close"][0], raw["spread"][0]
+    frame = pd.DataFrame({
+        "timestamp": pd.date_range("2020-01-01", periods=BARS, freq="D").strftime("%Y-%m-%d"),
+        "close": close, "bid": close * (1 - spread / 2), "ask": close * (1 + spread / 2),
+    })
+    frame.to_csv(path, index=False)
+    return pd.read_csv(path)  # what the loaders read
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """{"frame": the bars, "routed"/"flat"/"branching": run directories}."""
+    tmp = tmp_path_factory.mktemp("export")
+    frame = _write_csv(tmp / "bars.csv")
+    raw = json.loads(json.dumps(SETTINGS))
+    raw["data"]["paths"] = [str(tmp / "bars.csv")]
+    raw["run"]["dir"] = str(tmp)
+    import ray
+
+    from rl_zerosync.settings import from_dict
+    from rl_zerosync.train import train
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False)
+    try:
+        train(from_dict(raw))
+    finally:
+        ray.shutdown()
+    runs = {"frame": frame, "routed": tmp / "r"}
+    for mode in ("flat", "branching"):
+        runs[mode] = _fabricate(tmp / mode, raw, mode)
+    return runs
+
+
+def _fabricate(run_dir: Path, raw: dict, mode: str) -> Path:
+    """A checkpoint holding a fresh module of ``mode`` where ``evaluate`` loads it (no Ray run)."""
+    from rl_zerosync.checkpoints import write_manifest
+    from rl_zerosync.envs import EnvParams, make_market
+    from rl_zerosync.envs.gym_twin import observation_space_for
+    from rl_zerosync.evaluate import MODULE_PATH
+    from rl_zerosync.module import make_module_spec
+    from rl_zerosync.settings import from_dict
+
+    raw = {**raw, "model": {"action_mode": mode, "hidden": [16, 16], "dueling": True}}
+    settings = from_dict(raw).to_dict()
+    space = observation_space_for(make_market(settings["data"], "train"), EnvParams.from_dict(settings["env"]))
+    torch.manual_seed(7)
+    module = make_module_spec(action_mode=mode, hidden=[16, 16], dueling=True, observation_space=space).build()
+    ckpt = run_dir / "checkpoint"
+    module.save_to_path(str(ckpt / MODULE_PATH))
+    (ckpt / "rllib_checkpoint.json").write_text("{}")
+    (ckpt / "settings.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
+    (ckpt / "run_state.json").write_text(json.dumps({"iteration": 0}))
+    write_manifest(ckpt)
+    return run_dir
+
+
+def _inputs(n: int, dim: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random observations and routing inputs whose ratios straddle every routing threshold."""
+    g = torch.Generator().manual_seed(seed)
+    obs = torch.randn(n, dim, generator=g) * 2.0
+    obs[:, -4] = torch.tensor([-1.0, -0.5, 0.0, 0.5, 1.0])[torch.randint(0, 5, (n,), generator=g)]
+    obs[:, -1] = torch.rand(n, generator=g)
+    med_s = torch.rand(n, generator=g) * 1e-3 + 1e-4
+    med_v = torch.rand(n, generator=g) * 1e-2 + 1e-3
+    ratios = torch.tensor([0.5, 0.75, 1.0, 1.3, 1.5, 2.0])
+    rs = ratios[torch.randint(0, 6, (n,), generator=g)] * (1 + 0.01 * torch.randn(n, generator=g))
+    rv = ratios[torch.randint(0, 6, (n,), generator=g)] * (1 + 0.01 * torch.randn(n, generator=g))
+    market = torch.stack((rs * med_s, med_s, rv * med_v, med_v), dim=1)
+    market[:8] = torch.tensor([3.0, 2.0, 3.0, 2.0])  # ratios exactly 1.5 (the >= boundaries)
+    market[8:12] = torch.tensor([3.0, 4.0, 3.0, 4.0])  # exactly 0.75 (the <= boundary)
+    market[12:16, 1] = 0.0  # median 0: ratio 1
+    return obs, market
+
+
+def _reference(module, routing: dict, obs: torch.Tensor, market: torch.Tensor) -> torch.Tensor:
+    """The in-process policy: the module's greedy actions, routed by the route kernel's torch twin."""
+    from rl_zerosync.kernels.reference import route
+
+    action = module.greedy_actions(module.q_values(obs))
+    if module.action_mode == "routed":
+        out = torch.empty_like(action)
+        route(action, *market.unbind(1), out, **routing)
+        action = out
+    return action
+
+
+def _module(run_dir: Path):
+    from rl_zerosync.checkpoints import find_checkpoint
+    from rl_zerosync.evaluate import load_module
+
+    return load_module(find_checkpoint(run_dir, "best"))
+
+
+@pytest.mark.parametrize("mode", ["routed", "flat", "branching"])
+def test_torchscript_matches_in_process_policy(setup, mode, tmp_path):
+    from rl_zerosync.export import METADATA_FILE, export_policy
+
+    res = export_policy(setup[mode], "torchscript", tmp_path / "p.pt")
+    meta = json.loads(Path(res["metadata_path"]).read_text())
+    assert res["metadata_path"] == str(tmp_path / "p.pt.json")
+    assert meta["action_mode"] == mode and meta["window"] == 8 and meta["episode_len"] == 32
+    assert meta["routing"] == {"wide": 1.3, "high_vol": 1.5, "low_vol": 0.75}
+    assert meta["inputs"]["market"]["used"] == (mode == "routed")
+    assert meta["features"]["warmup"] == 32 and meta["data"]["spread_source"] == "auto"
+    assert meta["inputs"]["obs"]["columns"][-5:] == ["ret_norm[t]", "position", "obs_spread", "obs_vol",
+                                                    "episode_progress"]
+    extra = {METADATA_FILE: ""}
+    net = torch.jit.load(str(tmp_path / "p.pt"), _extra_files=extra)
+    assert json.loads(extra[METADATA_FILE])["action_mode"] == mode
+    obs, market = _inputs(1000, 12)
+    out = net(obs, market)
+    expected = _reference(_module(setup[mode]), meta["routing"], obs, market)
+    assert out.dtype == torch.int64 and out.shape == (1000, 4)
+    assert torch.equal(out[:, 0], expected)
+    assert torch.equal(out[:, 1:], torch.stack((expected // 9, expected // 3 % 3, expected % 3), dim=1))
+    assert torch.equal(net(obs[:1], market[:1]), out[:1])  # any batch size
+    if mode == "routed":
+        assert len({tuple(r) for r in out[:, 2:].tolist()}) == 6  # every routing outcome is exercised
+
+
+@pytest.mark.parametrize("mode", ["routed", "flat"])
+def test_policy_observation_and_action_match_the_env(setup, mode):
+    """Step the numpy env with Policy.act on the CSV's bars up to the env's bar: same observation,
+    same routing inputs, and the env executes the same factored action."""
+    from rl_zerosync.envs.numpy_twin import NumpyTradingEnv
+    from rl_zerosync.policy import Policy
+
+    policy = Policy.from_checkpoint(setup[mode])
+    settings = yaml.safe_load((setup[mode] / "checkpoint" / "settings.yaml").read_text())
+    routing = policy.metadata["routing"]
+    env = NumpyTradingEnv(data=settings["data"], env=settings["env"], action_mode=mode, routing=routing)
+    module = _module(setup[mode])
+    frame = setup["frame"]
+    obs, info = env.reset(seed=0)
+    step, positions = 0, set()
+    d = env.data
+    for _ in range(40):
+        a, t = info["asset"], info["bar"]
+        bars = frame.iloc[: d.offsets[a] + t + 1]
+        ob = policy.observe(bars, position=info["position"], step=step)
+        assert ob.obs.dtype == np.float32 and np.array_equal(ob.obs, obs), (t, ob.obs, obs)
+        env_market = np.array([float(x[a, t]) for x in (d.spread, d.median_spread, d.vol, d.median_vol)], np.float32)
+        assert np.array_equal(ob.market, env_market)
+        action = policy.act(bars, position=info["position"], step=step)
+        expected = _reference(module, routing, torch.from_numpy(obs)[None], torch.from_numpy(env_market)[None])
+        assert action.index == int(expected[0])
+        obs, _, term, trunc, info = env.step(action.exposure if mode == "routed" else action.index)
+        assert info["action"] == action.index  # the env's own routing agrees
+        positions.add(round(info["position"], 6))
+        step += 1
+        if term or trunc:  # the env returned the episode's final observation; start the next one
+            obs, info = env.reset()
+            step = 0
+    assert len(positions) > 1 or mode == "flat"
+
+
+def test_policy_from_export_and_array_inputs(setup, tmp_path):
+    from rl_zerosync.export import export_policy
+    from rl_zerosync.policy import Action, Policy
+
+    export_policy(setup["routed"], "torchscript", tmp_path / "p.pt")
+    live = Policy.from_export(tmp_path / "p.pt")
+    ref = Policy.from_checkpoint(setup["routed"])
+    bars = setup["frame"].iloc[:700]
+    arrays = {"close": bars["close"].to_numpy(), "bid": bars["bid"].to_numpy(), "ask": bars["ask"].to_numpy()}
+    for kw in ({"position": 0.0, "step": 0}, {"position": -0.37, "step": 45}):
+        a = ref.act(bars, **kw)
+        assert isinstance(a, Action) and live.act(bars, **kw) == a == live.act(arrays, **kw)
+        exposure, order_type, urgency = a
+        assert ref.target_position(a) == [-1.0, -0.5, 0.0, 0.5, 1.0][exposure]
+    assert live.min_bars == 34 and live.recommended_bars >= 400
+    # A policy of synthetic data, closes only: it needs a spread (here a fixed one).
+    synth = {**ref.metadata, "data": {**ref.metadata["data"], "spread_source": "auto", "spread_bps": None}}
+    with pytest.raises(ValueError, match="no bid/ask or high/low columns"):
+        Policy(live.net, synth).act(arrays["close"])
+    assert isinstance(Policy(live.net, synth, spread_bps=5.0).act(arrays["close"]), Action)
+
+
+def test_bad_bars_are_named(setup):
+    from rl_zerosync.policy import Policy
+
+    policy = Policy.from_checkpoint(setup["flat"])
+    bars = setup["frame"].iloc[:300].copy()
+    with pytest.raises(ValueError, match=r"bars: 20 bars, expected at least 34"):
+        policy.act(bars.iloc[:20])
+    nan = bars.copy()
+    nan.loc[57, "close"] = np.nan
+    with pytest.raises(ValueError, match=r"bars, column 'close', row 57: expected a finite price > 0, got nan"):
+        policy.act(nan)
+    crossed = bars.copy()
+    crossed.loc[12, "bid"] = crossed.loc[12, "ask"] * 1.01
+    with pytest.raises(ValueError, match=r"column 'bid', row 12: bid .* is above ask"):
+        policy.act(crossed)
+    spike = bars.copy()
+    spike.loc[100:, ["close", "bid", "ask"]] *= 2.0
+    with pytest.raises(ValueError, match=r"row 100: .*max_abs_log_return"):
+        policy.act(spike)
+    with pytest.raises(ValueError, match=r"bars: missing column 'close'"):
+        policy.act(bars.rename(columns={"close": "last"}))
+    with pytest.raises(ValueError, match=r"bars: expected columns of equal length"):
+        policy.act({"close": bars["close"].to_numpy(), "bid": bars["bid"].to_numpy()[:-1]})
+    with pytest.raises(ValueError, match=r"bars: expected a pandas DataFrame"):
+        policy.act("prices.csv")
+    with pytest.raises(ValueError, match=r"position: expected a finite number"):
+        policy.act(bars, position=float("nan"))
+    with pytest.raises(ValueError, match=r"step: expected an int >= 0"):
+        policy.act(bars, step=-1)
+
+
+def test_export_errors(setup, tmp_path, monkeypatch, capsys):
+    import importlib.util
+    import shutil
+
+    from rl_zerosync.checkpoints import CheckpointError
+    from rl_zerosync.cli import main
+    from rl_zerosync.export import export_policy
+    from rl_zerosync.policy import Policy
+
+    with pytest.raises(ValueError, match="export format: expected one of"):
+        export_policy(setup["flat"], "tflite")
+    with pytest.raises(FileNotFoundError, match="no checkpoint found"):
+        export_policy(tmp_path / "nowhere")
+    damaged = tmp_path / "damaged"
+    shutil.copytree(setup["flat"], damaged)
+    (damaged / "checkpoint" / "settings.yaml").write_text("model: {action_mode: routed}\n")
+    with pytest.raises(CheckpointError, match="settings.yaml"):
+        export_policy(damaged)
+    (tmp_path / "not.pt").write_bytes(b"no")
+    with pytest.raises(ValueError, match="not a TorchScript file"):
+        Policy.from_export(tmp_path / "not.pt")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "onnx" else real(name, *a))
+    with pytest.raises(ModuleNotFoundError, match=r"needs the package\(s\) onnx \(pip install onnx\)"):
+        export_policy(setup["flat"], "onnx", tmp_path / "p.onnx")
+    assert main(["export", "--checkpoint", str(setup["flat"]), "--format", "onnx"]) == 2
+    assert "error: ONNX export needs the package(s) onnx" in capsys.readouterr().err
+
+
+def test_cli_export(setup, tmp_path, capsys):
+    from rl_zerosync.cli import main
+
+    assert main(["export", "--checkpoint", str(setup["flat"]), "--which", "last", "--format", "torchscript",
+                 "--out", str(tmp_path / "f.pt")]) == 0
+    assert (tmp_path / "f.pt").is_file() and (tmp_path / "f.pt.json").is_file()
+    assert str(tmp_path / "f.pt") in capsys.readouterr().out
+    assert main(["export", "--checkpoint", str(setup["flat"])]) == 0  # default: <run>/export/<ckpt>.pt
+    assert (setup["flat"] / "export" / "checkpoint.pt").is_file()
+    assert main(["export", "--checkpoint", str(tmp_path / "nowhere")]) == 2
+    assert "error:" in capsys.readouterr().err
+
+
+def test_onnx_matches_torchscript(setup, tmp_path):
+    from rl_zerosync.export import export_policy, missing_onnx_packages
+
+    missing = missing_onnx_packages()
+    if missing:
+        pytest.skip(f"ONNX export needs {', '.join(missing)} (not installed)")
+    import onnx
+    from onnx.reference import ReferenceEvaluator
+
+    export_policy(setup["routed"], "torchscript", tmp_path / "p.pt")
+    res = export_policy(setup["routed"], "onnx", tmp_path / "p.onnx")
+    model = onnx.load(res["path"])
+    onnx.checker.check_model(model)
+    assert json.loads({p.key: p.value for p in model.metadata_props}["rl_zerosync"])["format"] == "onnx"
+    obs, market = _inputs(300, 12, seed=1)
+    feeds = {"obs": obs.numpy(), "market": market.numpy()}
+    expected = torch.jit.load(str(tmp_path / "p.pt"))(obs, market).numpy()
+    outputs = [ReferenceEvaluator(model).run(None, feeds)[0]]
+    one = ReferenceEvaluator(model).run(None, {k: v[:1] for k, v in feeds.items()})[0]
+    assert np.array_equal(one, expected[:1])
+    try:
+        import onnxruntime
+    except ImportError:
+        onnxruntime = None
+    if onnxruntime is not None:
+        outputs.append(onnxruntime.InferenceSession(res["path"]).run(None, feeds)[0])
+    for out in outputs:
+        assert out.dtype == np.int64 and np.array_equal(out, expected)
