@@ -2,7 +2,7 @@
 
     rl-zerosync train --config configs/local.yaml [--set section.key=value ...] [--resume DIR | --overwrite]
     rl-zerosync train --config FILE --seeds 0,1,2,3,4 [--parallel N]
-    rl-zerosync evaluate --checkpoint DIR [--which best|last] [--data FILE] [--out DIR]
+    rl-zerosync evaluate --checkpoint DIR [--which best|last] [--data FILE] [--set data.key=value ...] [--out DIR]
     rl-zerosync evaluate --walk-forward K --config FILE [--set section.key=value ...] [--out DIR]
     rl-zerosync bench [--quick] [--out-dir DIR]
 """
@@ -20,6 +20,7 @@ BENCHMARKS = ("kernels", "env", "learner", "env_runner", "e2e", "scaling")
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rl-zerosync", description="Zero-sync DQN trading on Ray RLlib.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     p.add_argument("--debug", action="store_true",
                    help="full tracebacks instead of one-line errors (also accepted after the command; "
                         "or set RL_ZEROSYNC_DEBUG=1)")
@@ -39,15 +40,17 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--parallel", type=int, default=1, metavar="N",
                    help="with --seeds: runs at a time (several fit on one GPU)")
 
-    e = sub.add_parser("evaluate", help="greedy policy on the test segment -> metrics JSON + PNG",
-                       description="Evaluate a checkpoint (--checkpoint), or train and evaluate K "
-                                   "walk-forward folds of a config with a file data source "
-                                   "(--walk-forward K --config FILE).")
+    e = sub.add_parser("evaluate", help="greedy policy on the test segment -> metrics JSON, per-bar CSV + PNG",
+                       description="Evaluate a checkpoint (--checkpoint: metrics.json, per-bar "
+                                   "bars_<segment>.csv and portfolio_<segment>.csv (and .parquet), "
+                                   "report.png), or train and evaluate K walk-forward folds of a config "
+                                   "with a file data source (--walk-forward K --config FILE).")
     e.add_argument("--checkpoint", default=None, metavar="DIR", help="run or checkpoint directory")
     e.add_argument("--which", choices=("best", "last"), default="best",
                    help="for a run directory: the best-validation checkpoint (default) or the last")
     e.add_argument("--data", default=None, metavar="FILE",
-                   help="CSV/Parquet OHLCV file to evaluate on (default: the run's test segment)")
+                   help="CSV/Parquet OHLCV file to evaluate on (default: the run's validation and test "
+                        "segments); read with the run's column mapping unless --set data.columns... says otherwise")
     e.add_argument("--out", default=None, metavar="DIR",
                    help="output directory (walk-forward: where walk_forward.json goes; default the run directory)")
     e.add_argument("--walk-forward", type=int, default=None, metavar="K",
@@ -57,13 +60,36 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--overwrite", action="store_true",
                    help="with --walk-forward: retrain folds whose run directories already hold a run")
     e.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a setting of --config (repeatable; with --walk-forward)")
+                   help="override a setting (repeatable): with --walk-forward any setting of --config; "
+                        "with --checkpoint only data.KEY settings of the evaluated data, e.g. "
+                        "data.periods_per_year=252, data.columns.close='Adj Close', data.spread_bps=5")
+
+    x = sub.add_parser("export", help="the greedy policy of a checkpoint as TorchScript or ONNX (+ JSON metadata)",
+                       description="Write the Q network, its greedy action choice and (routed mode) the routing "
+                                   "rule as one file mapping (obs, market) -> (action, exposure, order type, "
+                                   "urgency), with its metadata beside it as <out>.json (rl_zerosync.export).")
+    x.add_argument("--checkpoint", required=True, metavar="DIR", help="run or checkpoint directory")
+    x.add_argument("--which", choices=("best", "last"), default="best",
+                   help="for a run directory: the best-validation checkpoint (default) or the last")
+    x.add_argument("--format", choices=("torchscript", "onnx"), default="torchscript",
+                   help="torchscript (default) or onnx (needs the onnx and onnxscript packages)")
+    x.add_argument("--out", default=None, metavar="FILE",
+                   help="model file (default <run>/export/<checkpoint>.pt or .onnx)")
 
     b = sub.add_parser("bench", help="run the learner and env-runner benchmarks (and the others)")
     b.add_argument("--quick", action="store_true", help="small CPU-sized runs")
     b.add_argument("--only", choices=BENCHMARKS, action="append", help="run only these")
     b.add_argument("--out-dir", default="benchmarks/results")
     return p
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("rl_zerosync")
+    except PackageNotFoundError:  # a source tree that is not installed
+        return "(not installed)"
 
 
 def _bench(args) -> int:
@@ -221,14 +247,26 @@ def _command(args) -> int:
     if args.command == "evaluate" and (args.walk_forward is not None or args.config is not None):
         return _walk_forward(args)
     if args.command == "evaluate":
-        if args.checkpoint is None or args.set:
-            print("error: evaluate needs --checkpoint DIR (or --walk-forward K --config FILE; "
-                  "--set goes with --config)", file=sys.stderr)
+        if args.checkpoint is None:
+            print("error: evaluate needs --checkpoint DIR (or --walk-forward K --config FILE)", file=sys.stderr)
             return 2
         from rl_zerosync.evaluate import evaluate_checkpoint
 
-        report = evaluate_checkpoint(args.checkpoint, data=args.data, out_dir=args.out, which=args.which)
+        # A --set key outside data.* is a SettingsError (one line, exit 2) before anything loads.
+        report = evaluate_checkpoint(args.checkpoint, data=args.data, out_dir=args.out, which=args.which,
+                                     overrides=args.set)
         print(report["summary_line"])
+        return 0
+    if args.command == "export":
+        from rl_zerosync.export import export_policy
+
+        try:
+            res = export_policy(args.checkpoint, fmt=args.format, out=args.out, which=args.which)
+        except ImportError as err:  # a missing optional package (onnx): one line
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        print(f"exported {res['action_mode']} policy of {res['checkpoint']} to {res['path']} "
+              f"(metadata {res['metadata_path']})")
         return 0
     if args.command == "bench":
         return _bench(args)

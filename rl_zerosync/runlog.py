@@ -17,11 +17,12 @@ from tensorboardX import SummaryWriter
 
 # (label, path in the RLlib result dict, format)
 PROGRESS_FIELDS = (
-    ("it", ("training_iteration",), "{:d}"),
     ("env/s", ("perf", "env_steps_per_s"), "{:,.0f}"),
     ("upd/s", ("perf", "updates_per_s"), "{:,.0f}"),
-    ("return", ("env_runners", "episode_return_mean"), "{:+.4f}"),
-    ("sharpe", ("env_runners", "trading", "episode_sharpe_mean"), "{:+.2f}"),
+    # running means over the last RUNNING_EPISODES episodes (RLlib's smoothing convention)
+    ("reward/ep", ("perf", "episode_return_running"), "{:+.4f}"),
+    ("len", ("perf", "episode_len_running"), "{:,.0f}"),
+    ("sharpe/ep", ("perf", "episode_sharpe_running"), "{:+.2f}"),
     ("val", ("eval", "validation_sharpe"), "{:+.2f}"),
     ("best rule", ("eval", "validation_best_rule_sharpe"), "{:+.2f}"),
     ("skipped", ("learners", "default_policy", "zerosync", "skipped"), "{:.0f}"),
@@ -29,6 +30,11 @@ PROGRESS_FIELDS = (
 )
 
 
+RUNNING_EPISODES = 100
+"""Episodes the progress line's running means cover."""
+_RUNNING = (("episode_return_running", ("env_runners", "episode_return_mean")),
+            ("episode_len_running", ("env_runners", "episode_len_mean")),
+            ("episode_sharpe_running", ("env_runners", "trading", "episode_sharpe_mean")))
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
 LOCK_FILE = "run.lock"
@@ -40,6 +46,11 @@ else in the directory stay)."""
 
 # Static or bulky parts of RLlib's result dict that are not iteration metrics.
 _SKIP = ("config", "evaluation")
+
+
+def _hms(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
 def _get(d: dict, path: tuple) -> Any:
@@ -65,11 +76,17 @@ def flatten_scalars(d: dict, prefix: str = "") -> dict[str, float]:
 
 
 class RunLog:
-    """Writes ``metrics.jsonl`` and TensorBoard events into the run directory.
+    """Writes ``metrics.jsonl`` and TensorBoard events into the run directory, and the progress line.
 
-    ``purge_step`` (resume): TensorBoard hides the events of earlier sessions at steps >= it."""
+    ``purge_step`` (resume): TensorBoard hides the events of earlier sessions at steps >= it.
+    ``total_iterations``: the progress line shows ``it n/N``, elapsed time and an ETA. Episode
+    metrics on it are running means over the last :data:`RUNNING_EPISODES` episodes (weighted by
+    the episodes each iteration ended), so they are shown even when no episode ended this iteration.
+    ``reward/ep`` is the summed reward per episode (the trading env: percent of equity, after costs
+    and the risk penalty), not the equity return; the evaluation reports the equity return."""
 
-    def __init__(self, run_dir: Path, stream=None, purge_step: int | None = None):
+    def __init__(self, run_dir: Path, stream=None, purge_step: int | None = None,
+                 total_iterations: int | None = None):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._jsonl = open(self.run_dir / METRICS_FILE, "a", buffering=1)
@@ -82,6 +99,31 @@ class RunLog:
         self._last_time: float | None = None
         self._last_env_steps = 0.0
         self._last_updates = 0.0
+        self._total = total_iterations
+        self._start = time.perf_counter()
+        self._start_iteration: int | None = None
+        self._episodes: list[tuple[float, dict[str, float]]] = []  # (episodes, {key: mean}) per iteration
+
+    def _running(self, result: dict, perf: dict) -> None:
+        """Running means over the last RUNNING_EPISODES episodes into ``perf``."""
+        n = float(_get(result, ("env_runners", "num_episodes")) or 0.0)
+        if n > 0:
+            values = {key: _get(result, path) for key, path in _RUNNING}
+            self._episodes.append((n, {k: float(v) for k, v in values.items()
+                                       if isinstance(v, (int, float)) and math.isfinite(float(v))}))
+        kept, total = [], 0.0
+        for count, values in reversed(self._episodes):
+            if total >= RUNNING_EPISODES:
+                break
+            take = min(count, RUNNING_EPISODES - total)
+            kept.append((take, values))
+            total += take
+        self._episodes = self._episodes[-len(kept):] if kept else []
+        for key, _ in _RUNNING:
+            pairs = [(w, v[key]) for w, v in kept if key in v]
+            weight = sum(w for w, _ in pairs)
+            if weight > 0:
+                perf[key] = sum(w * x for w, x in pairs) / weight
 
     def add_perf(self, result: dict) -> None:
         """Add env steps/s and updates/s since the previous iteration to ``result['perf']``."""
@@ -94,6 +136,7 @@ class RunLog:
             perf["env_steps_per_s"] = (env_steps - self._last_env_steps) / dt
             perf["updates_per_s"] = (updates - self._last_updates) / dt
         self._last_time, self._last_env_steps, self._last_updates = now, env_steps, updates
+        self._running(result, perf)
 
     def write(self, result: dict) -> None:
         step = int(result.get("training_iteration", 0))
@@ -103,8 +146,19 @@ class RunLog:
             self._tb.add_scalar(name, value, step)
         self._tb.flush()
 
+    def _clock(self, iteration: int) -> list[str]:
+        """``it n/N``, elapsed and (after the first iteration of this session) an ETA."""
+        if self._start_iteration is None:
+            self._start_iteration = iteration - 1
+        elapsed = time.perf_counter() - self._start
+        done = iteration - self._start_iteration
+        parts = [f"it {iteration}/{self._total}" if self._total else f"it {iteration}", _hms(elapsed)]
+        if self._total and done > 0 and iteration < self._total:
+            parts[-1] += f" ETA {_hms(elapsed / done * (self._total - iteration))}"
+        return parts
+
     def progress(self, result: dict) -> str:
-        parts = []
+        parts = self._clock(int(result.get("training_iteration", 0)))
         for label, path, fmt in PROGRESS_FIELDS:
             value = _get(result, path)
             if value is None or (isinstance(value, float) and not math.isfinite(value)):

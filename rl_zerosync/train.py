@@ -152,13 +152,35 @@ def _resume_from(settings: Settings, algo, ckpt) -> dict:
     return state
 
 
+def header_line(settings: Settings, algo) -> str:
+    """One line before the first iteration: run directory, devices, env steps and updates per
+    iteration, iterations (the kernel backend is printed by the preflight just before)."""
+    from rl_zerosync.algorithm import updates_for
+
+    a = settings.algo
+    runners = max(a.num_env_runners, 1)
+    steps = a.num_envs_per_runner * a.rollout_length * runners
+    learners = max(a.num_learners, 1)
+    k = updates_for(steps, a.replay_ratio, a.batch_size * learners)
+    runner = algo.env_runner
+    where = getattr(runner, "device", None) if a.num_env_runners == 0 else "remote runners"
+    learner = algo.learner_group._learner if algo.learner_group.is_local else None
+    learner_dev = getattr(learner, "_device", "remote learners") if learner is not None else "remote learners"
+    return (f"run: {settings.run_dir} | runner: {where}, learner: {learner_dev} | {a.num_envs_per_runner} envs x "
+            f"{a.rollout_length} steps x {runners} runner(s) = {steps:,} env steps/iteration | "
+            f"K = {k} updates/iteration (batch {a.batch_size}, replay ratio {a.replay_ratio:g}) | "
+            f"{settings.run.iterations} iterations")
+
+
 def _train_loop(settings: Settings, algo, ckpt) -> dict:
     run_dir = settings.run_dir
     state: dict = {}
     if ckpt is not None:
         state = _resume_from(settings, algo, ckpt)
     # TensorBoard: a resumed run hides the earlier sessions' events after the resumed iteration.
-    log = RunLog(run_dir, purge_step=int(algo.iteration) + 1 if ckpt is not None else None)
+    log = RunLog(run_dir, purge_step=int(algo.iteration) + 1 if ckpt is not None else None,
+                 total_iterations=settings.run.iterations)
+    print(header_line(settings, algo), flush=True)
     result: dict = {}
     every = settings.run.checkpoint_every
     eval_every = settings.eval_every

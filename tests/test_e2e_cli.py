@@ -130,6 +130,11 @@ def test_remote_env_runners_and_ddp_learners(tmp_path):
     for phase in ("sample", "add", "train", "sync_weights", "rollout_fetch_timer", "replay_add_timer"):
         assert rows[-1][f"phase_s/{phase}"] >= 0.0
     assert rows[-1]["env_runners/rollout_put_timer"] > 0.0
+    # The console: a header line, then "it n/N" progress lines with elapsed time.
+    header = next(line for line in out.stdout.splitlines() if line.startswith("run: "))
+    assert "16 envs x 32 steps x 2 runner(s) = 1,024 env steps/iteration" in header
+    assert f"K = {rows[-1]['num_updates_per_iteration']:.0f} updates/iteration" in header
+    assert "it 3/3 | 0:" in out.stdout
 
 
 def _free_port() -> int:

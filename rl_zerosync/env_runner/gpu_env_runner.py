@@ -15,17 +15,21 @@ buffer (actions, rewards, flags, metrics) once.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Collection, Dict, List, Optional, Union
 
 import gymnasium as gym
 import numpy as np
 import ray
 import torch
+from ray.rllib.callbacks.callbacks import RLlibCallback
+from ray.rllib.callbacks.utils import make_callback
 from ray.rllib.core import COMPONENT_RL_MODULE, DEFAULT_AGENT_ID, DEFAULT_MODULE_ID
 from ray.rllib.core.rl_module.multi_rl_module import MultiRLModule
 from ray.rllib.env import INPUT_ENV_SPACES
 from ray.rllib.env.env_runner import EnvRunner
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+from ray.rllib.utils import force_list
 from ray.rllib.utils.annotations import override
 from ray.rllib.utils.checkpoints import Checkpointable
 from ray.rllib.utils.metrics import (
@@ -73,6 +77,36 @@ ENV_METRICS = "env_metrics"
 """Key under which another batched env's ``summarize_metrics`` are logged."""
 
 
+MAX_EVAL_ROLLOUTS = 10_000
+"""Rollouts an episode-counted evaluation may take before it gives up with an error."""
+PER_EPISODE_HOOKS = ("on_episode_created", "on_episode_start", "on_episode_step", "on_episode_end")
+
+
+class RolloutCount:
+    """What an evaluation ``sample()`` returns per rollout: its step counts (RLlib's evaluation loop
+    calls ``env_steps()`` / ``agent_steps()`` on each returned item; the data stays on the device)."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps = int(steps)
+
+    def env_steps(self) -> int:
+        return self.steps
+
+    def agent_steps(self) -> int:
+        return self.steps
+
+
+def _warn_per_episode_callbacks(callbacks: List[RLlibCallback], config) -> None:
+    """One warning when per-episode hooks are configured: GPUEnvRunner fires only on_sample_end."""
+    hooks = [h for h in PER_EPISODE_HOOKS
+             if getattr(config, f"callbacks_{h}", None)
+             or any(getattr(type(c), h, None) is not getattr(RLlibCallback, h, None) for c in callbacks)]
+    if hooks:
+        warnings.warn(f"GPUEnvRunner does not fire {hooks}: envs step in batches on the device; use "
+                      "on_sample_end (samples = the batched rollout, episode stats in metrics_logger)",
+                      stacklevel=3)
+
+
 def resolve_device(setting: str) -> torch.device:
     """``RunnerSettings.device`` -> a torch device; ValueError for "cuda" without CUDA."""
     if setting == "cuda" or (setting == "auto" and torch.cuda.is_available()):
@@ -108,6 +142,21 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
     it completed; ``epsilon`` (last step); under ``"trading"`` the env's per-episode means
     (``episode_pnl_mean``, ``episode_cost_<type>_mean``, ``episode_turnover_mean``, ...; see
     ``rl_zerosync.envs.summarize_metrics``) and the rollout's action mix (``mix_*``).
+
+    Callbacks: ``on_sample_end`` fires after every ``sample()`` with the batched rollout as
+    ``samples`` (the columnar dict, or the episode chunks with ``runner.output="episodes"``). The
+    per-episode hooks (``on_episode_created/start/step/end``) do not fire: N envs step together on
+    the device and no per-episode Python object exists; ``on_sample_end`` is their batched
+    replacement (episode statistics are in ``metrics_logger``). A callbacks class that overrides
+    one of them gets a warning at construction.
+
+    Evaluation (``config.evaluation(...)``): an evaluation runner (``config.in_evaluation``) samples
+    greedily (``explore=False``, RLlib's evaluation default) on the device and returns one
+    :class:`RolloutCount` per rollout, which is what RLlib's evaluation loop counts steps with;
+    ``evaluation_duration_unit="episodes"`` runs rollouts until that many episodes ended (counted
+    from each rollout's one readback), ``"timesteps"`` rounds up to whole rollouts. Metrics land in
+    ``result["evaluation"]["env_runners"]``. The trading env evaluates on ``env_config["split"]``
+    (default ``"train"``; set ``evaluation_config={"env_config": {..., "split": "validation"}}``).
 
     After every sample, ``last_extras`` holds the routing inputs each step saw (``spread``,
     ``median_spread``, ``vol``, ``median_vol``: [T, N]) and the epsilon of each step ([T]), on
@@ -150,6 +199,9 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
         self._rollout: Optional[DeviceRollout] = None
         self._episodes: Optional[EpisodeBuilder] = None
         self.last_extras: Dict[str, torch.Tensor] = {}
+        self._last_episodes = 0
+        self._callbacks: List[RLlibCallback] = [cls() for cls in force_list(self.config.callbacks_class)]
+        _warn_per_episode_callbacks(self._callbacks, self.config)
         self.module = None
         self.make_module()
         if not self._lazy:
@@ -220,11 +272,20 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
         until the next ``sample()``) or, with ``runner.output="episodes"``, episode chunks.
         ``explore=False``: greedy (epsilon 0); ``random_actions=True``: epsilon 1.
         """
-        if num_episodes is not None:
-            raise ValueError("GPUEnvRunner.sample: num_episodes is not supported; sample fixed fragments")
         mode = self._mode(explore, random_actions)
         if force_reset:
             self._reset()
+        if self.config.in_evaluation:
+            return self._sample_for_evaluation(mode, num_timesteps, num_episodes)
+        if num_episodes is not None:
+            raise ValueError("GPUEnvRunner.sample: num_episodes is only supported by evaluation runners "
+                             "(config.evaluation(evaluation_duration_unit='episodes')); training samples "
+                             "fixed fragments of num_envs_per_env_runner x rollout_fragment_length steps")
+        samples = self._sample_training(mode, num_timesteps)
+        self._on_sample_end(samples)
+        return samples
+
+    def _sample_training(self, mode: str, num_timesteps: Optional[int]):
         count = 1 if num_timesteps is None else max(1, math.ceil(num_timesteps / (self.num_envs * self.num_steps)))
         if self.settings.output == "episodes":
             return [e for _ in range(count) for e in self._sample_once(mode, device_output=False)]
@@ -241,7 +302,41 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
         Valid until the next sample; obs never cross to the host. The leading part of the
         buffer (actions, rewards, flags, metrics) is still read back once for the metrics.
         """
-        return self._sample_once(self._mode(explore, random_actions), device_output=True)
+        samples = self._sample_once(self._mode(explore, random_actions), device_output=True)
+        self._on_sample_end(samples)
+        return samples
+
+    def _sample_for_evaluation(self, mode: str, num_timesteps: Optional[int],
+                               num_episodes: Optional[int]) -> List["RolloutCount"]:
+        """Evaluation rollouts on the device (metrics logged as in training): enough for
+        ``num_episodes`` ended episodes, else ``num_timesteps`` (rounded up), else one rollout."""
+        per = self.num_envs * self.num_steps
+        out: List[RolloutCount] = []
+        if num_episodes is not None:
+            if isinstance(num_episodes, bool) or not isinstance(num_episodes, int) or num_episodes < 1:
+                raise ValueError(f"evaluation_duration (episodes): expected an int >= 1, got {num_episodes!r}")
+            ended = 0
+            while ended < num_episodes:
+                if len(out) >= MAX_EVAL_ROLLOUTS:
+                    raise RuntimeError(
+                        f"evaluation: {ended} of {num_episodes} episodes ended in {len(out)} rollouts of "
+                        f"{self.num_envs} envs x {self.num_steps} steps; episodes this long need "
+                        "evaluation_duration_unit='timesteps'")
+                self._sample_once(mode, device_output=self.device.type == "cuda")
+                ended += self._last_episodes  # host read: from this rollout's one readback
+                out.append(RolloutCount(per))
+        else:
+            count = 1 if num_timesteps is None else max(1, math.ceil(num_timesteps / per))
+            for _ in range(count):
+                self._sample_once(mode, device_output=self.device.type == "cuda")
+                out.append(RolloutCount(per))
+        self._on_sample_end(out)
+        return out
+
+    def _on_sample_end(self, samples) -> None:
+        make_callback("on_sample_end", callbacks_objects=self._callbacks,
+                      callbacks_functions=self.config.callbacks_on_sample_end,
+                      kwargs=dict(env_runner=self, metrics_logger=self.metrics, samples=samples))
 
     def _mode(self, explore: Optional[bool], random_actions: bool) -> str:
         """Exploration mode of a sample: random (epsilon 1), explore (schedule) or greedy."""
@@ -294,6 +389,7 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
         steps = self.num_envs * self.num_steps
         stats = EpisodeStatsTracker.to_dict(host["stats"])
         done = int(stats["count"])
+        self._last_episodes = done
         self.num_env_steps_sampled_lifetime += steps
         m = self.metrics
         m.log_value(NUM_ENV_STEPS_SAMPLED, steps, reduce="sum")

@@ -8,6 +8,10 @@ as in training episodes; ``stop_drawdown`` is not applied. All assets step toget
 (:class:`~rl_zerosync.envs.walk.SegmentWalk`: no per-step host read, CUDA graphs on the GPU); the
 per-bar records are copied to the host once at the end. The rule baselines
 (:mod:`rl_zerosync.envs.rules`) walk the same bars in one more batched walk.
+
+:func:`bar_table` lays one result out bar by bar (per asset: price, position, trade, cost, net
+return, equity, buy-and-hold equity) and :func:`portfolio_table` as the equal-weight portfolio of
+its assets (the mean of the assets' net returns each bar), both as pandas frames.
 """
 from __future__ import annotations
 
@@ -53,6 +57,16 @@ class EvalResult:
     """Counts of the 45 factored actions over all traded bars."""
     baseline_equity: dict[str, list[np.ndarray]] = field(default_factory=dict)
     """Per walked rule (buy_and_hold and the tuned rules' chosen variants), per asset equity curves."""
+    baseline_net: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    """The per-bar net returns behind ``baseline_equity`` (same rules, per asset)."""
+    prices: list[np.ndarray] = field(default_factory=list)
+    """Per asset the close of the bars of ``E_0..E_n`` (filled by :func:`evaluate_policy`, not by
+    :func:`walk_result`: the validation passes during training skip that host read)."""
+    bars: list[np.ndarray] = field(default_factory=list)
+    """Per asset the index of the bars of ``E_0..E_n`` in the asset's full series (its row in the
+    source when the data was read from files)."""
+    periods_per_year: float = 252.0
+    """Bars per year of the data (annualization)."""
 
     def summary(self) -> dict[str, Any]:
         """JSON-able summary: metrics, baselines and the action/routing mix (no curves)."""
@@ -93,6 +107,7 @@ def evaluate_policy(
     data = data.to(dev)
     walk = SegmentWalk(data, params, routing=(routing or {}) if route_exposure else None)
     result = walk_result(walk, walk.run(lambda obs, state: policy_fn(obs), key=graph_key))
+    add_prices(result, walk)
     if baselines:
         add_baselines(result, *rule_metrics(RuleWalk(data, params, routing)), rule_choice=rule_choice)
     return result
@@ -101,20 +116,30 @@ def evaluate_policy(
 def walk_result(walk: SegmentWalk, records: Mapping[str, np.ndarray]) -> EvalResult:
     """Curves and metrics of a one-replica walk's host records."""
     data = walk.data
-    recs, equity, stamps, metrics = [], [], [], {}
+    recs, equity, stamps, bars, metrics = [], [], [], [], {}
     counts = np.zeros(NUM_ACTIONS)
+    offsets = data.offsets or (0,) * data.num_assets
     for a, name in enumerate(data.asset_names):
         rec = walk.env_records(records, a)
-        n = walk.steps[a]
+        n, start = walk.steps[a], walk.starts[a]
         counts += np.bincount(rec["action"], minlength=NUM_ACTIONS)
         recs.append(rec)
         equity.append(equity_curve(rec["net"]))
         ts = data.timestamps[a] if data.timestamps is not None else None
-        stamps.append(ts[walk.starts[a]: walk.starts[a] + n + 1] if ts is not None else None)
+        stamps.append(ts[start: start + n + 1] if ts is not None else None)
+        bars.append(np.arange(start, start + n + 1, dtype=np.int64) + offsets[a])
         metrics[name] = record_metrics(rec, data.periods_per_year)
     metrics["mean"] = mean_metrics([metrics[n] for n in data.asset_names])
     return EvalResult(assets=list(data.asset_names), segment=data.segment, equity=equity, timestamps=stamps,
-                      records=recs, metrics=metrics, action_counts=counts)
+                      records=recs, metrics=metrics, action_counts=counts, bars=bars,
+                      periods_per_year=float(data.periods_per_year))
+
+
+def add_prices(result: EvalResult, walk: SegmentWalk) -> None:
+    """Fill ``result.prices`` (the closes of each asset's bars ``E_0..E_n``) from the walk's data."""
+    close = walk.data.close.cpu().numpy()  # host read: once per evaluation, the prices of the per-bar table
+    result.prices = [close[a, s: s + n + 1].astype(np.float64)
+                     for a, (s, n) in enumerate(zip(walk.starts, walk.steps))]
 
 
 def record_metrics(rec: Mapping[str, np.ndarray], periods_per_year: float) -> dict[str, float]:
@@ -157,6 +182,7 @@ def add_baselines(result: EvalResult, grid: Mapping[str, Mapping[str, Mapping[st
         result.baselines[rule] = {**grid[choice[rule]], "variant": choice[rule]}
     if nets is not None:
         labels = {"buy_and_hold": "buy_and_hold", **{r: choice[r] for r in TUNED_RULES}}
+        result.baseline_net = {r: [np.asarray(n, dtype=np.float64) for n in nets[label]] for r, label in labels.items()}
         result.baseline_equity = {r: [equity_curve(n) for n in nets[label]] for r, label in labels.items()}
 
 
@@ -165,3 +191,120 @@ def best_rule(baselines: Mapping[str, Mapping[str, Any]], metric: str = "sharpe"
     from rl_zerosync.envs.rules import RULES
 
     return max(RULES, key=lambda r: (baselines[r]["mean"][metric], -RULES.index(r)))
+
+
+BAR_COLUMNS = ("timestamp", "bar", "asset", "price", "position", "trade", "cost", "net_return", "equity",
+               "benchmark_equity")
+"""Columns of :func:`bar_table` (``timestamp`` only when the data has timestamps)."""
+
+
+def _dated(result: EvalResult) -> bool:
+    return bool(result.timestamps) and all(t is not None for t in result.timestamps)
+
+
+def _datetimes(stamps: np.ndarray):
+    """Timestamps as a pandas DatetimeIndex (time-zone aware ones stay so), else unchanged."""
+    import pandas as pd
+
+    try:
+        return pd.DatetimeIndex(pd.to_datetime(stamps))
+    except (TypeError, ValueError):
+        return stamps
+
+
+def bar_table(result: EvalResult):
+    """The per-bar series of every asset of ``result`` as one pandas frame (assets one after the
+    other, each in time order; columns :data:`BAR_COLUMNS`).
+
+    A row is one bar at its close: ``timestamp`` (when the data has timestamps) and ``bar`` (the
+    bar's index in the asset's full series: its data row for file data) locate it, ``price`` is
+    its close, ``position`` the exposure held over the bar, set at the previous bar's close by
+    ``trade`` (the change in position), which cost ``cost`` (fraction of equity), and
+    ``net_return = position * (price / previous price - 1) - cost`` (the metrics' ``r_i``).
+    ``equity`` is the equity at the bar's close, compounded from 1 (the metrics' ``E_i``: the last
+    row of an asset is ``1 + total_return``), ``benchmark_equity`` the same for the buy-and-hold
+    rule on the same bars (same execution and costs; NaN without baselines). An asset's first row
+    is its first tradable bar: flat, equity 1.
+    """
+    import pandas as pd
+
+    dated = _dated(result)
+    bench = result.baseline_equity.get("buy_and_hold")
+    frames = []
+    for a, name in enumerate(result.assets):
+        rec = result.records[a]
+        n = len(rec["net"])
+        cols: dict[str, Any] = {}
+        if dated:
+            cols["timestamp"] = _datetimes(result.timestamps[a])
+        cols["bar"] = result.bars[a]
+        cols["asset"] = name
+        cols["price"] = result.prices[a] if result.prices else np.full(n + 1, np.nan)
+        for out, key in (("position", "position"), ("trade", "trade"), ("cost", "cost"), ("net_return", "net")):
+            # row 0 is the start (flat); row k holds step k-1 of the walk
+            cols[out] = np.concatenate(([0.0], np.asarray(rec[key], dtype=np.float64)))
+        cols["equity"] = result.equity[a]
+        cols["benchmark_equity"] = bench[a] if bench is not None else np.full(n + 1, np.nan)
+        frames.append(pd.DataFrame(cols))
+    return pd.concat(frames, ignore_index=True)
+
+
+PORTFOLIO_COLUMNS = ("timestamp", "step", "assets", "position", "trade", "cost", "net_return", "equity",
+                     "benchmark_net_return", "benchmark_equity")
+"""Columns of :func:`portfolio_table` (``timestamp`` with dated data, else ``step``)."""
+
+
+def portfolio_table(result: EvalResult):
+    """The equal-weight portfolio of ``result``'s assets, rebalanced every bar, as a pandas frame.
+
+    Each bar's ``net_return`` (and ``position``, ``trade``, ``cost``) is the mean over the assets
+    that have that bar (``assets`` of them) of the per-asset values of :func:`bar_table`;
+    ``equity`` compounds it from 1. ``benchmark_*``: the same for the buy-and-hold rule. Bars are
+    matched by ``timestamp`` when the data has timestamps, else by ``step`` (bars since each
+    asset's first tradable bar). The first row is the start: flat, equity 1.
+    """
+    import pandas as pd
+
+    dated = _dated(result)
+    bench = result.baseline_net.get("buy_and_hold")
+    parts = []
+    for a in range(len(result.assets)):
+        rec = result.records[a]
+        n = len(rec["net"])
+        parts.append(pd.DataFrame({
+            "key": _datetimes(result.timestamps[a][1:]) if dated else np.arange(1, n + 1),
+            "position": np.asarray(rec["position"], dtype=np.float64),
+            "trade": np.asarray(rec["trade"], dtype=np.float64),
+            "cost": np.asarray(rec["cost"], dtype=np.float64),
+            "net_return": np.asarray(rec["net"], dtype=np.float64),
+            "benchmark_net_return": bench[a] if bench is not None else np.full(n, np.nan),
+        }))
+    groups = pd.concat(parts, ignore_index=True).groupby("key", sort=True)
+    body = groups.mean()
+    body.insert(0, "assets", groups.size())
+    start = min(_datetimes(t[:1])[0] for t in result.timestamps) if dated else 0
+    first = pd.DataFrame({"assets": [0], "position": [0.0], "trade": [0.0], "cost": [0.0], "net_return": [0.0],
+                          "benchmark_net_return": [0.0 if bench is not None else np.nan]}, index=[start])
+    table = pd.concat([first, body])
+    table.index.name = "timestamp" if dated else "step"
+    table["equity"] = equity_curve(table["net_return"].to_numpy()[1:])
+    table["benchmark_equity"] = (equity_curve(table["benchmark_net_return"].to_numpy()[1:]) if bench is not None
+                                 else np.nan)
+    table = table.reset_index()
+    return table[[c for c in PORTFOLIO_COLUMNS if c in table.columns]]
+
+
+def portfolio_metrics(table, periods_per_year: float) -> dict[str, dict[str, float]]:
+    """:func:`performance_metrics` of a :func:`portfolio_table`: ``{"agent": ..., "buy_and_hold": ...}``
+    (the latter only when the table has a benchmark)."""
+    rows = table.iloc[1:]
+    agent = performance_metrics(rows["net_return"].to_numpy(), periods_per_year=periods_per_year,
+                                positions=rows["position"].to_numpy(), trades=rows["trade"].to_numpy(),
+                                costs=rows["cost"].to_numpy())
+    out = {"agent": {k: v for k, v in agent.items() if not k.startswith("cost_") or k == "cost_total"}}
+    bench = rows["benchmark_net_return"].to_numpy()
+    if np.isfinite(bench).all():
+        out["buy_and_hold"] = {k: v for k, v in performance_metrics(bench, periods_per_year=periods_per_year).items()
+                               if k in ("bars", "total_return", "annualized_return", "annualized_volatility",
+                                        "sharpe", "sortino", "max_drawdown", "calmar")}
+    return out

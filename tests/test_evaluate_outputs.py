@@ -1,0 +1,196 @@
+"""Trader outputs of ``rl-zerosync evaluate`` (CPU): per-bar CSV/Parquet series, the portfolio, the
+report figure, ``--set data.*`` with ``--checkpoint`` and the training-period overlap warning.
+
+One tiny run trained on a dated CSV (1 iteration, in process) gives the checkpoint; every evaluation
+runs through the CLI's ``main`` in this process."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from rl_zerosync.cli import main
+from tiny_run import tiny_raw
+
+BAR_COLUMNS = ["timestamp", "bar", "asset", "price", "position", "trade", "cost", "net_return", "equity",
+               "benchmark_equity"]
+N_ROWS = 700
+TRAIN_FRACTION = 0.7
+
+
+def _prices(n: int, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    close = 100.0 * np.exp(np.cumsum(rng.normal(0.0002, 0.01, n)))
+    days = pd.bdate_range("2015-01-05", periods=n)
+    return pd.DataFrame({"Day": days.strftime("%Y-%m-%d"), "Px": close, "Hi": close * 1.004, "Lo": close * 0.996})
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """A run trained for one iteration on a dated CSV with its own column names."""
+    import ray
+
+    from rl_zerosync.settings import from_dict
+    from rl_zerosync.train import train
+
+    tmp = tmp_path_factory.mktemp("evalout")
+    frame = _prices(N_ROWS)
+    csv = tmp / "prices.csv"
+    frame.to_csv(csv, index=False)
+    data = {"source": "csv", "paths": [str(csv)], "features": {"warmup": 32},
+            "columns": {"timestamp": "Day", "close": "Px", "high": "Hi", "low": "Lo"},
+            "split": [TRAIN_FRACTION, 0.15, 0.15]}
+    raw = tiny_raw({"iterations": 1, "checkpoint_every": 0, "evaluate": False, "dir": str(tmp), "name": "r"})
+    raw["data"] = data
+    ray.init(address="local", num_cpus=2, include_dashboard=False)
+    try:
+        train(from_dict(raw))
+    finally:
+        ray.shutdown()
+    return {"dir": tmp / "r", "tmp": tmp, "frame": frame, "csv": csv}
+
+
+def _evaluate(capsys, *args: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    rc = main(["evaluate", *args])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def _check_bars(bars: pd.DataFrame, segment: dict) -> None:
+    """Per asset: the net-return identity, the equity curve and its final value against metrics.json."""
+    assert list(bars.columns) == BAR_COLUMNS
+    for name, rows in bars.groupby("asset", sort=False):
+        rows = rows.reset_index(drop=True)
+        assert rows["timestamp"].is_monotonic_increasing and rows["bar"].diff().iloc[1:].eq(1).all()
+        first = rows.iloc[0]
+        assert (first["position"], first["net_return"], first["equity"], first["benchmark_equity"]) == (0, 0, 1, 1)
+        # position is held over the bar, trade is the change into it
+        assert np.allclose(rows["position"].diff().iloc[1:], rows["trade"].iloc[1:], atol=1e-6)
+        gross = rows["position"].iloc[1:].to_numpy() * (rows["price"].pct_change().iloc[1:].to_numpy())
+        assert np.allclose(gross - rows["cost"].iloc[1:], rows["net_return"].iloc[1:], atol=2e-6)
+        assert np.allclose(np.cumprod(1.0 + rows["net_return"].iloc[1:]), rows["equity"].iloc[1:], rtol=1e-6)
+        metrics = segment["metrics"][name]
+        assert rows["equity"].iloc[-1] == pytest.approx(1.0 + metrics["total_return"], rel=1e-12, abs=1e-12)
+        assert len(rows) == metrics["bars"] + 1
+        bh = segment["baselines"]["buy_and_hold"][name]["total_return"]
+        assert rows["benchmark_equity"].iloc[-1] == pytest.approx(1.0 + bh, rel=1e-12, abs=1e-12)
+
+
+def test_run_segments_write_dated_bars_portfolio_and_report(run, capsys):
+    out = run["tmp"] / "ev_run"
+    rc, stdout, err = _evaluate(capsys, "--checkpoint", str(run["dir"]), "--out", str(out))
+    assert rc == 0, err
+    report = json.loads((out / "metrics.json").read_text())
+    line = stdout.strip().splitlines()[-1]
+    ret = report["summary"]["total_return"]
+    assert f"equity return {100 * ret:+.2f}%" in line and "best rule:" in line
+    assert report["summary"]["total_return_pct"] == pytest.approx(100 * ret)
+    dates = pd.to_datetime(run["frame"]["Day"])
+    for segment in ("validation", "test"):
+        bars = pd.read_csv(out / f"bars_{segment}.csv", parse_dates=["timestamp"])
+        assert pd.api.types.is_datetime64_any_dtype(bars["timestamp"])
+        assert bars["timestamp"].isin(dates).all()
+        # the bar index is the data row: its date is the file's date of that row
+        assert (dates.iloc[bars["bar"]].to_numpy() == bars["timestamp"].to_numpy()).all()
+        _check_bars(bars, report["segments"][segment])
+        port = pd.read_csv(out / f"portfolio_{segment}.csv")
+        assert port["equity"].iloc[-1] == pytest.approx(
+            1.0 + report["segments"][segment]["portfolio"]["agent"]["total_return"], rel=1e-12)
+        if importlib.util.find_spec("pyarrow") is None:
+            continue
+        pq = pd.read_parquet(out / f"bars_{segment}.parquet")
+        assert list(pq.columns) == BAR_COLUMNS and len(pq) == len(bars)
+    # validation before test, both after the training period: checked, no warning
+    val = pd.read_csv(out / "bars_validation.csv", parse_dates=["timestamp"])
+    test = pd.read_csv(out / "bars_test.csv", parse_dates=["timestamp"])
+    assert val["timestamp"].max() < test["timestamp"].min()
+    assert report["overlap"]["checked"] and report["overlap"]["overlapping_bars"] == 0
+    assert report["warnings"] == [] and "warning:" not in err
+    assert (out / "report.png").stat().st_size > 20_000
+
+
+def _renamed_tail(run, start: int):
+    """Rows ``start..`` of the training file with other column names (When/Last/H/L)."""
+    tail = run["frame"].iloc[start:].rename(columns={"Day": "When", "Px": "Last", "Hi": "H", "Lo": "L"})
+    path = run["tmp"] / f"tail{start}.csv"
+    tail.to_csv(path, index=False)
+    return path
+
+
+def test_data_file_with_set_columns_and_periods_per_year(run, capsys):
+    start = int(N_ROWS * TRAIN_FRACTION) + 5  # after the training period
+    path = _renamed_tail(run, start)
+    out = run["tmp"] / "ev_tail"
+    # the run's column mapping (Day/Px/Hi/Lo) does not fit this file
+    rc, _, err = _evaluate(capsys, "--checkpoint", str(run["dir"]), "--data", str(path), "--out", str(out))
+    assert rc == 2 and err.strip().startswith("error:") and "data.columns" in err
+    sets = ["--set", "data.columns.timestamp=When", "--set", "data.columns.close=Last",
+            "--set", "data.columns.high=H", "--set", "data.columns.low=L", "--set", "data.periods_per_year=12"]
+    rc, _, err = _evaluate(capsys, "--checkpoint", str(run["dir"]), "--data", str(path), "--out", str(out), *sets)
+    assert rc == 0, err
+    report = json.loads((out / "metrics.json").read_text())
+    assert report["data"]["columns"] == {"timestamp": "When", "close": "Last", "high": "H", "low": "L"}
+    seg = report["segments"]["all"]
+    assert seg["periods_per_year"] == 12.0 and report["summary"]["periods_per_year"] == 12.0
+    bars = pd.read_csv(out / "bars_all.csv", parse_dates=["timestamp"])
+    _check_bars(bars, seg)
+    assert bars["bar"].iloc[0] == 32  # the file's row, after the features' warm-up
+    assert bars["timestamp"].iloc[0] == pd.Timestamp(run["frame"]["Day"].iloc[start + 32])
+    # the explicit periods_per_year annualizes the Sharpe (daily bars would infer 252)
+    r = bars["net_return"].iloc[1:]
+    assert seg["metrics"][f"tail{start}"]["sharpe"] == pytest.approx(
+        r.mean() / r.std(ddof=1) * math.sqrt(12), rel=1e-4)
+    # disjoint from the training period: checked, no warning
+    assert report["overlap"]["checked"] and report["overlap"]["overlapping_bars"] == 0
+    assert report["warnings"] == [] and "warning:" not in err
+
+
+def test_overlap_warning_for_a_file_inside_the_training_period(run, capsys):
+    out = run["tmp"] / "ev_same"
+    rc, stdout, err = _evaluate(capsys, "--checkpoint", str(run["dir"]), "--data", str(run["csv"]), "--out", str(out))
+    assert rc == 0, err
+    warnings = [x for x in err.splitlines() if x.startswith("warning:")]
+    assert len(warnings) == 1 and "overlaps the run's training period" in warnings[0]
+    report = json.loads((out / "metrics.json").read_text())
+    assert report["warnings"] == [warnings[0][len("warning: "):]]
+    overlap = report["overlap"]
+    assert overlap["checked"] and 0 < overlap["overlapping_bars"] < overlap["evaluated_bars"]
+    assert "1 warning(s)" in stdout
+
+
+def test_only_data_settings_with_a_checkpoint(run, capsys):
+    out = run["tmp"] / "ev_bad"
+    rc, stdout, err = _evaluate(capsys, "--checkpoint", str(run["dir"]), "--out", str(out), "--set", "run.x=1")
+    assert rc == 2 and stdout == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --set run.x:") and "data." in lines[0]
+    assert not out.exists()
+
+
+def test_bar_and_portfolio_tables_without_timestamps():
+    """Undated (synthetic) data: ``bar`` locates the rows; the portfolio is the mean of the assets'
+    net returns, its benchmark the mean of the buy-and-hold rule's."""
+    from rl_zerosync.envs import EnvParams, make_market
+    from rl_zerosync.envs.evaluate import bar_table, evaluate_policy, portfolio_table
+
+    data = make_market({"source": "synthetic", "num_assets": 3, "num_bars": 400, "seed": 1,
+                        "features": {"warmup": 16}}, "test")
+    res = evaluate_policy(lambda o: torch.where(o[:, -1] > 0, 4, 0).to(torch.int64), data,
+                          EnvParams(episode_len=32, window=8), route_exposure=True)
+    bars = bar_table(res)
+    assert list(bars.columns) == BAR_COLUMNS[1:]
+    assert set(bars["asset"]) == set(data.asset_names)
+    port = portfolio_table(res)
+    assert "timestamp" not in port and port["step"].tolist() == list(range(len(port)))
+    assert (port["assets"].iloc[1:] == 3).all()
+    nets = np.stack([r["net"] for r in res.records])
+    assert np.allclose(port["net_return"].iloc[1:], nets.mean(axis=0))
+    assert np.allclose(port["equity"].iloc[1:], np.cumprod(1.0 + nets.mean(axis=0)))
+    bh = np.stack(res.baseline_net["buy_and_hold"]).mean(axis=0)
+    assert np.allclose(port["benchmark_equity"].iloc[1:], np.cumprod(1.0 + bh))
