@@ -15,13 +15,18 @@ One training iteration (``training_step``):
    at least 1: ``replay_ratio`` counts the transitions trained by all learners together);
 4. one metrics readback per learner;
 5. weights to the runners once (device-to-device when runner and learner share the process).
+
+Remote env runners are restarted by Ray when their process dies (RLlib's fault tolerance: the
+failed runner's rollout is dropped from that iteration). An iteration that finds no healthy remote
+runner first waits up to ``env_runner_restart_timeout_s`` for one to come back, then raises
+:class:`EnvRunnersLostError` (e.g. their node is gone and no other node offers their resources).
 """
 from __future__ import annotations
 
 import contextlib
 import time
 import warnings
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import ray
 import torch
@@ -51,10 +56,24 @@ PHASE_TIMES = "phase_s"
 learners' slowest rollout fetch / replay add); RLlib's ``timers`` are smoothed over iterations."""
 
 
-class ZeroSyncDQNConfig(DQNConfig):
-    """DQNConfig whose defaults are the zero-sync learner, the GPU env runner and the Q module.
+class EnvRunnersLostError(RuntimeError):
+    """No remote env runner came back within ``env_runner_restart_timeout_s``."""
 
-    Extra setting (``training(replay_ratio=...)``): trained transitions per sampled env step.
+
+DEFAULT_NUM_ENVS = 1024
+"""``num_envs_per_env_runner`` of a fresh ``ZeroSyncDQNConfig()`` (DQNConfig's is 1)."""
+DEFAULT_ROLLOUT_LENGTH = 32
+"""``rollout_fragment_length`` of a fresh ``ZeroSyncDQNConfig()`` (32,768 env steps per rollout)."""
+
+
+class ZeroSyncDQNConfig(DQNConfig):
+    """DQNConfig whose defaults are the zero-sync learner, the GPU env runner and the Q module,
+    sized for a GPU: 1,024 envs x 32 steps per runner and iteration (no minimum sample count or
+    time per iteration: one rollout per runner, then K updates).
+
+    Extra settings: ``training(replay_ratio=...)``, trained transitions per sampled env step;
+    ``fault_tolerance(env_runner_restart_timeout_s=...)``, seconds an iteration waits for a remote
+    env runner when none is healthy before it raises :class:`EnvRunnersLostError`.
     """
 
     def __init__(self, algo_class: Optional[type] = None):
@@ -62,7 +81,13 @@ class ZeroSyncDQNConfig(DQNConfig):
         from rl_zerosync.env_runner import GPUEnvRunner
 
         self.replay_ratio = 1.0
+        self.env_runner_restart_timeout_s = 300.0
         self.env_runner_cls = GPUEnvRunner
+        # Sized for a GPU runner: one iteration = one rollout of N envs x T steps per runner.
+        self.num_envs_per_env_runner = DEFAULT_NUM_ENVS
+        self.rollout_fragment_length = DEFAULT_ROLLOUT_LENGTH
+        self.min_sample_timesteps_per_iteration = 0
+        self.min_time_s_per_iteration = 0
         # The learners own the replay (on their device); RLlib's episode buffer stays tiny.
         self.replay_buffer_config = {
             "type": "EpisodeReplayBuffer",
@@ -70,10 +95,54 @@ class ZeroSyncDQNConfig(DQNConfig):
         }
 
     @override(DQNConfig)
-    def training(self, *, replay_ratio: Any = NotProvided, **kwargs) -> "ZeroSyncDQNConfig":
-        super().training(**kwargs)
+    def training(
+        self,
+        *,
+        replay_ratio: Union[float, NotProvided] = NotProvided,
+        lr: Union[float, NotProvided] = NotProvided,
+        gamma: Union[float, NotProvided] = NotProvided,
+        train_batch_size_per_learner: Union[int, NotProvided] = NotProvided,
+        n_step: Union[int, NotProvided] = NotProvided,
+        num_steps_sampled_before_learning_starts: Union[int, NotProvided] = NotProvided,
+        target_network_update_freq: Union[int, NotProvided] = NotProvided,
+        tau: Union[float, NotProvided] = NotProvided,
+        double_q: Union[bool, NotProvided] = NotProvided,
+        dueling: Union[bool, NotProvided] = NotProvided,
+        epsilon: Union[float, list, NotProvided] = NotProvided,
+        grad_clip: Union[float, None, NotProvided] = NotProvided,
+        grad_clip_by: Union[str, NotProvided] = NotProvided,
+        **kwargs,
+    ) -> "ZeroSyncDQNConfig":
+        """DQN's training settings, typed for the ones ZeroSyncDQN uses (the rest pass through to
+        ``DQNConfig.training``).
+
+        Args:
+            replay_ratio: Trained transitions per sampled env step, all learners together
+                (``K = replay_ratio x env steps / (batch x learners)`` updates per iteration);
+                replaces DQN's ``training_intensity``.
+            lr, gamma, n_step, tau, double_q, dueling, grad_clip, grad_clip_by: as in DQN.
+            train_batch_size_per_learner: Transitions per update and learner.
+            num_steps_sampled_before_learning_starts: Env steps before the first update.
+            target_network_update_freq: Target network update period in **learner updates** (DQN
+                counts sampled env steps; with replay ratio r and batch b, ``u`` updates are
+                ``u x b / r`` env steps).
+            epsilon: A float or ``[(env_step, value), ...]``, evaluated on the device per step.
+        """
+        typed = dict(lr=lr, gamma=gamma, train_batch_size_per_learner=train_batch_size_per_learner,
+                     n_step=n_step, num_steps_sampled_before_learning_starts=num_steps_sampled_before_learning_starts,
+                     target_network_update_freq=target_network_update_freq, tau=tau, double_q=double_q,
+                     dueling=dueling, epsilon=epsilon, grad_clip=grad_clip, grad_clip_by=grad_clip_by)
+        super().training(**{k: v for k, v in typed.items() if v is not NotProvided}, **kwargs)
         if replay_ratio is not NotProvided:
             self.replay_ratio = replay_ratio
+        return self
+
+    @override(DQNConfig)
+    def fault_tolerance(self, *, env_runner_restart_timeout_s: Any = NotProvided,
+                        **kwargs) -> "ZeroSyncDQNConfig":
+        super().fault_tolerance(**kwargs)
+        if env_runner_restart_timeout_s is not NotProvided:
+            self.env_runner_restart_timeout_s = env_runner_restart_timeout_s
         return self
 
     @override(DQNConfig)
@@ -81,6 +150,23 @@ class ZeroSyncDQNConfig(DQNConfig):
         super().validate()
         if not (isinstance(self.replay_ratio, (int, float)) and self.replay_ratio > 0):
             raise ValueError(f"replay_ratio must be a number > 0, got {self.replay_ratio!r}")
+        timeout = self.env_runner_restart_timeout_s
+        if isinstance(timeout, bool) or not (isinstance(timeout, (int, float)) and timeout > 0):
+            raise ValueError(f"env_runner_restart_timeout_s must be a number > 0, got {timeout!r}")
+        from rl_zerosync.envs.protocol import resolve_batched_env
+
+        if _is_gpu_runner(self.env_runner_cls):
+            resolve_batched_env(self.env)  # ValueError naming an env the GPU runner cannot step
+
+    @override(DQNConfig)
+    def get_evaluation_config_object(self):
+        """RLlib's evaluation config, but evaluation runners keep the training rollout length: RLlib
+        sets 1 (episodes unit) or the whole duration (timesteps unit), which fits one-env runners;
+        a GPU runner samples whole N x T rollouts and counts episodes from each rollout's readback."""
+        eval_config = super().get_evaluation_config_object()
+        if eval_config is not None and _is_gpu_runner(self.env_runner_cls):
+            eval_config.rollout_fragment_length = self.rollout_fragment_length  # an unfrozen copy
+        return eval_config
 
     @override(DQNConfig)
     def get_default_rl_module_spec(self) -> RLModuleSpec:
@@ -93,6 +179,12 @@ class ZeroSyncDQNConfig(DQNConfig):
         from rl_zerosync.learner import ZeroSyncDQNTorchLearner
 
         return ZeroSyncDQNTorchLearner
+
+
+def _is_gpu_runner(cls) -> bool:
+    from rl_zerosync.env_runner import GPUEnvRunner
+
+    return isinstance(cls, type) and issubclass(cls, GPUEnvRunner)
 
 
 def _values(results) -> list:
@@ -156,6 +248,31 @@ def _env_shard(cols: dict, rank: int, world: int, num_rollouts: int) -> dict:
     return {k: (v[:, rank::world] if isinstance(v, torch.Tensor) and v.dim() >= 2 else v) for k, v in cols.items()}
 
 
+def runner_resources(config) -> dict:
+    """The Ray resources one remote env runner asks for (CPU, GPU and the custom ones), nonzero only."""
+    wanted = {"CPU": config.num_cpus_per_env_runner, "GPU": config.num_gpus_per_env_runner,
+              **config.custom_resources_per_env_runner}
+    return {name: amount for name, amount in wanted.items() if amount}
+
+
+def lost_runners_message(config, num_runners: int, alive_nodes: list[dict]) -> str:
+    """Why no env runner came back: what a runner asks for and how many alive nodes offer it.
+
+    ``alive_nodes``: ``ray.nodes()`` entries of the alive nodes (their ``Resources`` are totals)."""
+    wanted = runner_resources(config)
+    fits = sum(all(node.get("Resources", {}).get(k, 0) >= v for k, v in wanted.items()) for node in alive_nodes)
+    head = (f"ZeroSyncDQN: none of the {num_runners} remote env runner(s) is healthy and none came back within "
+            f"{config.env_runner_restart_timeout_s:g} s (algo.env_runner_restart_timeout_s). Each runner asks "
+            f"Ray for {wanted}; ")
+    if fits == 0:
+        return head + (f"none of the {len(alive_nodes)} alive node(s) offers that, so Ray cannot restart them "
+                       f"(was their node lost?). Add a node with these resources and continue with "
+                       f"`rl-zerosync train --resume`.")
+    return head + (f"{fits} of the {len(alive_nodes)} alive node(s) offer that: the runners may still be "
+                   f"starting, waiting for resources other actors hold, or failing in their constructor "
+                   f"(see the Ray logs).")
+
+
 class ZeroSyncDQN(DQN):
     """DQN whose ``training_step`` feeds learner-owned device replay and graph-replayed updates."""
 
@@ -186,6 +303,26 @@ class ZeroSyncDQN(DQN):
             return None
         runner = self.env_runner
         return runner if hasattr(runner, "sample_device") else None
+
+    def _wait_for_env_runners(self) -> None:
+        """With remote env runners and none healthy: probe them until one is back, at most
+        ``env_runner_restart_timeout_s``; then raise :class:`EnvRunnersLostError`."""
+        group = self.env_runner_group
+        if group is None or group.num_remote_env_runners() == 0 or group.num_healthy_remote_env_runners() > 0:
+            return
+        deadline = time.monotonic() + float(self.config.env_runner_restart_timeout_s)
+        while True:
+            restored = self.restore_env_runners(group)  # pings the failed runners, syncs restored ones
+            if restored:
+                self._make_on_env_runners_recreated_callbacks(
+                    config=self.config, env_runner_group=group, restored_env_runner_indices=restored)
+            if group.num_healthy_remote_env_runners() > 0:
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                alive = [node for node in ray.nodes() if node.get("Alive")]
+                raise EnvRunnersLostError(lost_runners_message(self.config, group.num_remote_env_runners(), alive))
+            time.sleep(min(1.0, left))
 
     def _sample(self) -> tuple[list, list]:
         """One rollout per runner: (list of rollouts, list of runner metrics dicts)."""
@@ -293,6 +430,7 @@ class ZeroSyncDQN(DQN):
 
     @override(DQN)
     def training_step(self) -> None:
+        self._wait_for_env_runners()
         with self._phase("sample", ENV_RUNNER_SAMPLING_TIMER):
             rollouts, runner_metrics = self._sample()
         self.metrics.aggregate(runner_metrics, key=ENV_RUNNER_RESULTS)
@@ -303,7 +441,7 @@ class ZeroSyncDQN(DQN):
         sampled = sum(int(m.get(NUM_ENV_STEPS_SAMPLED, 0)) for m in runner_metrics)
         lifetime = self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)
         if lifetime < self.config.num_steps_sampled_before_learning_starts or sampled == 0:
-            return  # (sampled == 0: every runner failed this iteration; RLlib restarts them)
+            return  # (sampled == 0: every runner failed this iteration; Ray restarts them)
 
         learners = max(1, int(self.config.num_learners))
         k = updates_for(sampled, self.config.replay_ratio, self.config.train_batch_size_per_learner * learners)

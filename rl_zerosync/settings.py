@@ -106,6 +106,15 @@ class AlgoSettings:
     """GPUs per learner; -1 = 1 if CUDA is available, else 0. Fractions let a runner share it."""
     num_gpus_per_env_runner: float = -1
     """GPUs per remote env runner; -1 = 1 if CUDA is available, else 0."""
+    custom_resources_per_env_runner: dict = field(default_factory=dict)
+    """Custom Ray resources every remote env runner asks for, e.g. ``{runner_node: 1}``: the runners
+    then start only on nodes that offer them (``ray start --resources='{"runner_node": 4}'`` holds
+    four runners). Names other than CPU and GPU (``num_gpus_per_env_runner`` asks for GPUs); amounts
+    >= 0. Ignored without remote env runners."""
+    env_runner_restart_timeout_s: float = 300.0
+    """Seconds an iteration waits for a remote env runner to come back when none is healthy (Ray
+    restarts a runner whose process died; a runner whose node is gone needs a node with its
+    resources). Past it the run fails with an error naming the resources no alive node offers."""
     weight_decay: float = 0.0
     """Decoupled weight decay (fused AdamW); 0 = plain Adam behaviour."""
 
@@ -183,6 +192,8 @@ def _coerce(value: Any, typ: Any, where: str) -> Any:
         return value
     if origin is list and isinstance(value, list):
         return value
+    if origin is dict and isinstance(value, dict):
+        return value
     raise SettingsError(f"{where}: expected {getattr(typ, '__name__', typ)}, got {value!r}")
 
 
@@ -236,6 +247,7 @@ def _validate(s: Settings) -> None:
         "algo.n_step": s.algo.n_step, "algo.num_envs_per_runner": s.algo.num_envs_per_runner,
         "algo.rollout_length": s.algo.rollout_length, "algo.lr": s.algo.lr,
         "algo.replay_ratio": s.algo.replay_ratio, "algo.target_update_freq": s.algo.target_update_freq,
+        "algo.env_runner_restart_timeout_s": s.algo.env_runner_restart_timeout_s,
     }
     for key, value in positive.items():
         if not value > 0:
@@ -268,7 +280,23 @@ def _validate(s: Settings) -> None:
         value = getattr(s.algo, name)
         if value != -1 and value < 0:
             raise SettingsError(f"{src}: algo.{name}: must be -1 (auto) or >= 0, got {value}")
+    _validate_runner_resources(s)
     _validate_components(s)
+
+
+def _validate_runner_resources(s: Settings) -> None:
+    """``algo.custom_resources_per_env_runner``: Ray resource names (not CPU/GPU) -> amounts >= 0."""
+    key = f"{s.source}: algo.custom_resources_per_env_runner"
+    for name, amount in s.algo.custom_resources_per_env_runner.items():
+        if not isinstance(name, str) or not name:
+            raise SettingsError(f"{key}: resource names must be non-empty strings, got {name!r}")
+        if name in ("CPU", "GPU"):
+            raise SettingsError(f"{key}: {name} is not a custom resource; runners take 1 CPU each and "
+                                f"algo.num_gpus_per_env_runner GPUs")
+        number = _float_text(amount) if isinstance(amount, str) else amount
+        if isinstance(number, bool) or not isinstance(number, (int, float)) or not 0 <= number < math.inf:
+            raise SettingsError(f"{key}: {name}: expected a number >= 0, got {amount!r}")
+        s.algo.custom_resources_per_env_runner[name] = number
 
 
 def _numeric_strings(value: Any, typ: Any) -> Any:
@@ -463,7 +491,9 @@ def to_rllib_config(s: Settings):
             num_envs_per_env_runner=a.num_envs_per_runner,
             rollout_fragment_length=a.rollout_length,
             num_gpus_per_env_runner=gpus_runner,
+            custom_resources_per_env_runner=dict(a.custom_resources_per_env_runner),
         )
+        .fault_tolerance(env_runner_restart_timeout_s=a.env_runner_restart_timeout_s)
         .learners(
             num_learners=a.num_learners,
             num_gpus_per_learner=gpus_learner,
