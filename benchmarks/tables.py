@@ -213,6 +213,33 @@ def env_runner(r) -> str:
     return "\n".join(out)
 
 
+# ------------------------------------------------------------------------------------- cartpole
+def cartpole(r) -> str:
+    t, l, sm = r["throughput"], r["learning"], r["summary"]
+    out = [_head(r), "| runner | envs | env steps/s (`sample`) | env steps/s (`sample_device`) |",
+           "| --- | ---: | ---: | ---: |"]
+    for key in ("stock_1_runner", "stock_all_cores"):
+        s = t[key]
+        out.append(f"| stock SingleAgentEnvRunner × {s['runners']} (gymnasium CartPole-v1) | {s['envs']} each "
+                   f"| {s['env_steps_per_s']:,.0f} | – |")
+    o = t["ours"]
+    out.append(f"| GPUEnvRunner (batched CartPole, graph {'on' if o['graph'] else 'off'}) | {o['envs']:,} × "
+               f"{o['steps']} | {o['sample_env_steps_per_s']:,.0f} | {o['sample_device_env_steps_per_s']:,.0f} |")
+    target = l["target_episode_return_mean"]
+    out += ["", f"| training to episode return mean ≥ {target:.0f} | setup | train s to target | env steps "
+            "| best return mean |", "| --- | --- | ---: | ---: | ---: |"]
+    for name, x in (("ZeroSyncDQN", l["ours"]), ("stock DQN", l["stock"])):
+        st = x["setup"]
+        setup = (f"{st['envs']} envs × {st['steps']} steps, batch {st['train_batch_size_per_learner']}, replay "
+                 f"ratio {st['replay_ratio']:g}" if name == "ZeroSyncDQN" else
+                 f"{st['settings']}, {st['env_runners']} env runners, batch {st['train_batch_size_per_learner']}")
+        t_s = f"{x['time_to_target_s']:.1f}" if x["reached"] else f"not reached in {x['budget_s']:.0f}"
+        steps = x.get("env_steps_to_target") or (x["curve"][-1]["env_steps"] if x["curve"] else None)
+        out.append(f"| {name} | {setup} | {t_s} | {_num(steps)} | {x['best_return_mean']:.1f} |")
+    out += ["", f"Sampler: {sm['speedup_vs_stock_all_cores']:,.0f}× stock with all cores."]
+    return "\n".join(out)
+
+
 # ------------------------------------------------------------------------------------------ e2e
 def _first(curve, target):
     return next((p["train_s"] for p in curve if p["val_sharpe"] >= target), None)
@@ -362,7 +389,7 @@ def scaling_learner(r) -> str:
 # ----------------------------------------------------------------------------------------- main
 TABLES = (
     ("learning", learning), ("learning_sweep", learning_sweep), ("e2e", e2e), ("learner", learner),
-    ("stock_syncs", stock_syncs), ("env_runner", env_runner), ("scaling", scaling),
+    ("stock_syncs", stock_syncs), ("env_runner", env_runner), ("cartpole", cartpole), ("scaling", scaling),
     ("scaling_learner", scaling_learner), ("kernels", kernels), ("env", env),
 )
 """(JSON name in the results folder, printer), in README order."""

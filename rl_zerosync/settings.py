@@ -78,14 +78,16 @@ class AlgoSettings:
     n_step: int = 3
     """n-step return horizon."""
     batch_size: int = 1024
-    """Transitions per update per learner."""
+    """Transitions per update per learner (RLlib: ``train_batch_size_per_learner``, accepted too)."""
     replay_ratio: float = 1.0
     """Trained transitions (all learners together) per sampled env step:
     K = ratio * env steps / (batch_size * max(num_learners, 1)) updates per iteration, >= 1."""
     learning_starts: int = 10_000
-    """Env steps sampled before the first update."""
+    """Env steps sampled before the first update (RLlib: ``num_steps_sampled_before_learning_starts``)."""
     target_update_freq: int = 1000
-    """Env steps between hard target-network updates (used when tau == 1)."""
+    """Learner updates between hard target-network updates (used when tau == 1). RLlib's
+    ``target_network_update_freq`` counts sampled env steps instead: ``u`` updates are
+    ``u * batch_size / replay_ratio`` env steps."""
     tau: float = 1.0
     """Polyak coefficient (1.0 = hard updates)."""
     double_q: bool = True
@@ -95,9 +97,9 @@ class AlgoSettings:
     epsilon: list = field(default_factory=lambda: [[0, 1.0], [50_000, 0.05]])
     """Piecewise-linear epsilon schedule over env steps: [[step, value], ...]."""
     num_envs_per_runner: int = 1024
-    """Batched envs per env runner."""
+    """Batched envs per env runner (RLlib: ``num_envs_per_env_runner``)."""
     rollout_length: int = 64
-    """Steps per env per rollout (T)."""
+    """Steps per env per rollout (T; RLlib: ``rollout_fragment_length``)."""
     num_env_runners: int = 0
     """Remote env runners (0 = sample in the driver process)."""
     num_learners: int = 0
@@ -197,9 +199,40 @@ def _coerce(value: Any, typ: Any, where: str) -> Any:
     raise SettingsError(f"{where}: expected {getattr(typ, '__name__', typ)}, got {value!r}")
 
 
+RLLIB_NAMES = {
+    "train_batch_size_per_learner": "batch_size",
+    "num_steps_sampled_before_learning_starts": "learning_starts",
+    "rollout_fragment_length": "rollout_length",
+    "num_envs_per_env_runner": "num_envs_per_runner",
+}
+"""``algo`` keys under RLlib's ``DQNConfig`` names, accepted as the project's names (same meaning
+and unit)."""
+_NOT_RLLIB = {
+    "target_network_update_freq": "RLlib's target_network_update_freq counts sampled env steps; this "
+                                  "project's algo.target_update_freq counts learner updates: set that",
+    "training_intensity": "use algo.replay_ratio (trained transitions per sampled env step)",
+}
+
+
+def _rllib_names(values: dict, where: str) -> dict:
+    """``algo`` values with RLlib's names mapped to the project's (an error when both are given, or
+    for an RLlib name whose unit differs here)."""
+    out = {}
+    for key, value in values.items():
+        if key in _NOT_RLLIB:
+            raise SettingsError(f"{where}.{key}: {_NOT_RLLIB[key]}")
+        name = RLLIB_NAMES.get(key, key)
+        if name in out:
+            raise SettingsError(f"{where}.{key}: given twice (as {name!r} and as RLlib's {key!r}); keep one")
+        out[name] = value
+    return out
+
+
 def _build_section(cls: type, values: dict, where: str) -> Any:
     hints = typing.get_type_hints(cls)
     allowed = [f.name for f in dataclasses.fields(cls)]
+    if cls is AlgoSettings:
+        values = _rllib_names(values, where)
     kwargs = {}
     for key, value in values.items():
         if key not in allowed:
@@ -440,7 +473,13 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise SettingsError(f"--set {item!r}: {part} is not a section")
-        node[path[-1]] = value
+        key = path[-1]
+        if path[:-1] == ["algo"] and key not in _NOT_RLLIB:
+            # An override replaces the key under either name (RLlib's or the project's).
+            key = RLLIB_NAMES.get(key, key)
+            for alias in [k for k in node if RLLIB_NAMES.get(k) == key]:
+                del node[alias]
+        node[key] = value
     return raw
 
 

@@ -69,3 +69,22 @@ def test_overrides_parse_yaml_values():
     with pytest.raises(SettingsError, match="section.key=value"):
         apply_overrides({}, ["iterations"])
 
+
+
+def test_rllib_names_are_accepted_in_algo(tmp_path):
+    from rl_zerosync.settings import SettingsError, from_dict, load
+
+    s = from_dict({"algo": {"train_batch_size_per_learner": 256, "num_steps_sampled_before_learning_starts": 500,
+                            "rollout_fragment_length": 16, "num_envs_per_env_runner": 8}})
+    assert (s.algo.batch_size, s.algo.learning_starts, s.algo.rollout_length, s.algo.num_envs_per_runner) == \
+        (256, 500, 16, 8)
+    with pytest.raises(SettingsError, match=r"algo.train_batch_size_per_learner: given twice"):
+        from_dict({"algo": {"batch_size": 64, "train_batch_size_per_learner": 256}})
+    with pytest.raises(SettingsError, match=r"algo.target_network_update_freq: .*counts learner updates"):
+        from_dict({"algo": {"target_network_update_freq": 500}})
+    # --set replaces the key under either name
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("algo:\n  batch_size: 64\n")
+    assert load(cfg, ["algo.train_batch_size_per_learner=128"]).algo.batch_size == 128
+    cfg.write_text("algo:\n  train_batch_size_per_learner: 64\n")
+    assert load(cfg, ["algo.batch_size=32"]).algo.batch_size == 32
