@@ -1,0 +1,794 @@
+"""Reliability on a CPU: bad inputs and faults the way a new user meets them, through the real CLI.
+
+How to run (CPU only; GPUs are hidden from the runs even when present)::
+
+    python benchmarks/reliability.py            # everything: ~6 min on 2 idle cores (~9.5 min busy)
+    python benchmarks/reliability.py --quick    # 5 bad inputs + the concurrent-run fault: ~35 s
+    python benchmarks/reliability.py --out FILE --work-dir DIR --keep
+
+**Bad inputs** -- every case of ``CASES`` in ``tests/test_preflight.py`` (its CSV builders, config
+builder and needles are imported from there, not copied), plus GPU requests on a machine without
+GPUs that the list does not already hold (``num_gpus_per_env_runner: 1`` with one remote env
+runner, ``num_gpus_per_learner: 1`` with one remote learner). Each runs as a subprocess,
+``python -m rl_zerosync train --config pf.yaml``, and counts as a *named error* when: exit code 2;
+stderr is one line starting with ``error:`` that holds every needle of the case; no traceback;
+under ``LIMIT_S`` (10 s) of wall time; Ray never started (no ``Started a local Ray instance``);
+and no run directory was created. Each case also records its CPU seconds and the load average,
+to tell a slow command from a busy machine when the 10 s limit is missed.
+
+**Faults** -- each is *tried*, and *survived* (the run completes; metrics rows 1..N exactly once)
+or *named* (refused with one ``error:`` line naming the cause):
+
+* ``same-name-concurrent``: a second ``train`` of a run name another live run holds: refused
+  (exit 2, < 10 s, before Ray) naming the holder's pid and host; the first run then completes.
+* ``kill-9-mid-training``: the driver's session SIGKILLed between two checkpoints; a plain re-run
+  is refused (the stale lock taken over, ``--resume``/``--overwrite`` named); ``--resume``
+  completes with iterations 1..N once each.
+* ``kill-9-in-checkpoint-write:<point>``: killed while a checkpoint is written, then ``--resume``:
+  ``external`` (a SIGKILL sent as soon as ``checkpoint.tmp/`` appears), ``before-manifest`` (the
+  driver SIGKILLs itself when the checkpoint's files are written but its manifest is not) and
+  ``between-renames`` (after ``checkpoint/`` moved to ``checkpoint.1/``, before ``checkpoint.tmp/``
+  moved in). The two in-process kill points wrap ``rl_zerosync.checkpoints`` functions in a small
+  launcher (``KILL_LAUNCHER``) that then calls the real ``rl_zerosync.cli.main``.
+* ``checkpoint-<damage>``: ``DAMAGE`` of ``tests/test_checkpoint_integrity.py`` (truncated file,
+  random bytes in the weights, a missing file) applied to ``checkpoint/`` of a finished 3-iteration
+  run: ``evaluate`` (of the checkpoint directory and of the run directory with ``--which last``)
+  must fail with one line naming the file, ``--resume`` must name it and fall back to
+  ``checkpoint.1/`` and complete; ``checkpoint-all-damaged``: both checkpoints damaged, so
+  ``--resume`` must be refused naming the file, before Ray starts.
+* ``remote-env-runner-kill-9``: ``num_env_runners: 1``; the runner actor's process SIGKILLed after
+  iteration 3; the run must complete with every iteration's row (RLlib restarts the actor; the
+  iterations that sampled nothing meanwhile are listed).
+* ``data-error-2-remote-runners``: the ``nan-close`` CSV of ``CASES`` with ``num_env_runners: 2``,
+  trained through the Python API (``rl_zerosync.train.train(load(cfg))``, which the CLI's
+  preflight does not guard): the exception must name the data problem (the case's needles on its
+  first line), not a consequence such as ``IndexError``; and the same config through the CLI must
+  be refused by preflight before Ray.
+
+Writes ``benchmarks/results/reliability.json`` (``--out``): date, hardware, versions, git (the
+commit and the package files that differ from it), config, every
+case (exit codes, wall times, the error line or the tail of the output, the checks that failed)
+and ``summary``: ``bad_inputs_tried``, ``bad_inputs_named_error`` (goal: = tried),
+``faults_tried``, ``faults_survived_or_named`` (goal: = tried), ``rows_lost_or_duplicated`` (goal
+0: metrics rows missing from, or repeated in, 1..N after the faults with a row count).
+
+Every process a case starts runs in its own session; when a case ends, whatever is left of that
+session (Ray's processes of a killed driver) is SIGKILLed by pid.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import json
+import os
+import re
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")  # a CPU benchmark, also on a GPU machine
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+TESTS = ROOT / "tests"
+SMOKE = ROOT / "configs" / "smoke.yaml"
+sys.path.insert(0, str(BENCH))
+sys.path.insert(0, str(TESTS))
+
+from common import hardware, versions, write_json  # noqa: E402
+
+RAY_BANNER = "Started a local Ray instance"
+QUICK_BAD = ("yaml-type", "not-yaml", "nan-close", "gpu-learner", "gpu-env-runner")
+FULL_ITERS = 8
+"""Iterations of the fault runs that must complete (the kill-mid-training run: 2 x this)."""
+
+# Kill points inside a checkpoint write: the launcher wraps rl_zerosync.checkpoints functions, then
+# runs the real command line. RELIABILITY_KILL_AT = "<point>:<iteration>".
+KILL_LAUNCHER = r'''
+import os, signal, sys
+from pathlib import Path
+from rl_zerosync import checkpoints as C
+from rl_zerosync.cli import main
+
+point, _, it = os.environ["RELIABILITY_KILL_AT"].partition(":")
+it = int(it)
+
+def die():
+    sys.stdout.flush(); sys.stderr.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+if point == "before-manifest":  # checkpoint.tmp/ holds RLlib's files and run_state.json, no manifest
+    write_manifest = C.write_manifest
+    def hooked_manifest(ckpt):
+        if Path(ckpt).name == C.CHECKPOINT_DIR + ".tmp" and C._iteration(Path(ckpt)) == it:
+            die()
+        return write_manifest(ckpt)
+    C.write_manifest = hooked_manifest
+elif point == "between-renames":  # checkpoint/ moved to checkpoint.1/, checkpoint.tmp/ not yet in
+    rotate, replace = C._rotate, os.replace
+    def hooked_rotate(run_dir, name, tmp, keep):
+        if name == C.CHECKPOINT_DIR and C._iteration(Path(tmp)) == it and (Path(run_dir) / name).exists():
+            def replace_then_die(src, dst):
+                replace(src, dst)
+                if Path(src) == Path(run_dir) / name:
+                    die()
+            C.os.replace = replace_then_die
+        return rotate(run_dir, name, tmp, keep)
+    C._rotate = hooked_rotate
+else:
+    raise SystemExit(f"unknown kill point {point!r}")
+sys.exit(main(sys.argv[1:]))
+'''
+
+# Training through the Python API (no CLI preflight); prints the exception as one JSON line.
+API_TRAIN = r'''
+import json, sys, traceback
+from rl_zerosync.settings import load
+from rl_zerosync.train import train
+try:
+    train(load(sys.argv[1]))
+except BaseException as err:
+    traceback.print_exc()
+    print("RESULT " + json.dumps({"type": type(err).__name__, "module": type(err).__module__,
+                                  "message": str(err)[:6000]}), flush=True)
+    sys.exit(1)
+print("RESULT " + json.dumps({"type": None}), flush=True)
+'''
+
+
+# ---- the project's test helpers, imported (not copied) -------------------------------------------
+
+def _import_test(name: str):
+    """``tests/<name>.py`` as a module (``tests/`` is on ``sys.path`` for its own imports)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, TESTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _fixture_function(fixture) -> Callable:
+    """The plain function behind a ``@pytest.fixture`` (pytest forbids calling the fixture itself)."""
+    for get in (lambda f: f._get_wrapped_function(), lambda f: f.__wrapped__, lambda f: f.__pytest_wrapped__.obj):
+        try:
+            fn = get(fixture)
+        except AttributeError:
+            continue
+        if callable(fn):
+            return fn
+    return fixture
+
+
+class _TmpFactory:
+    """The part of pytest's ``tmp_path_factory`` the data fixture uses."""
+
+    def __init__(self, base: Path):
+        self.base = base
+
+    def mktemp(self, name: str) -> Path:
+        return Path(tempfile.mkdtemp(prefix=name, dir=self.base))
+
+
+def bad_input_cases(preflight) -> list[tuple[str, Callable, list[str]]]:
+    """``CASES`` of test_preflight, plus GPU requests on a CPU machine that it does not hold yet."""
+    cases = list(preflight.CASES)
+    # (name, algo settings, already covered when a case's algo section satisfies this, needles)
+    extra = [
+        ("gpu-env-runner", {"num_env_runners": 1, "num_gpus_per_env_runner": 1},
+         lambda a: a.get("num_gpus_per_env_runner") == 1 and a.get("num_env_runners", 0) >= 1,
+         ["algo.num_gpus_per_env_runner", "1 GPU", "1 x 1 env runner", "this machine has none"]),
+        ("gpu-remote-learner", {"num_learners": 1, "num_gpus_per_learner": 1},
+         lambda a: a.get("num_gpus_per_learner") == 1 and a.get("num_learners", 0) >= 1,
+         ["algo.num_gpus_per_learner", "1 GPU", "1 x 1 learner", "this machine has none"]),
+    ]
+    probe = Path(tempfile.gettempdir())
+    algos = []
+    for _, make, _ in cases:
+        cfg = make(probe)
+        algos.append(cfg.get("algo") or {} if isinstance(cfg, dict) else {})
+    names = {c[0] for c in cases}
+    for name, algo, covered, needles in extra:
+        if name in names or any(covered(a) for a in algos):
+            continue
+        cases.append((name, lambda d, _a=algo: preflight._csv_cfg(d, algo=dict(_a)), needles))
+    return cases
+
+
+# ---- processes -----------------------------------------------------------------------------------
+
+def _env(**extra: str) -> dict:
+    env = dict(os.environ, PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES="", **extra)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env.pop("RAY_ADDRESS", None)
+    env.pop("RL_ZEROSYNC_DEBUG", None)
+    return env
+
+
+def _session_pids(sid: int) -> list[int]:
+    """Processes of session ``sid`` (from /proc)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[3]) == sid:
+            out.append(int(entry))
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _kill_session(sid: int) -> int:
+    """SIGKILL every process left in session ``sid`` (one this script started); returns how many."""
+    pids = _session_pids(sid)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return len(pids)
+
+
+class Proc:
+    """A command in its own session, stdout and stderr to files."""
+
+    def __init__(self, cmd: list[str], log_dir: Path, tag: str, env: Optional[dict] = None):
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.out_path, self.err_path = log_dir / f"{tag}.out", log_dir / f"{tag}.err"
+        self.cmd = cmd
+        self.t0 = time.perf_counter()
+        with open(self.out_path, "w") as out, open(self.err_path, "w") as err:
+            self.p = subprocess.Popen(cmd, stdout=out, stderr=err, env=env or _env(), cwd=ROOT,
+                                      start_new_session=True)
+        self.wall: Optional[float] = None
+
+    @property
+    def pid(self) -> int:
+        return self.p.pid
+
+    def alive(self) -> bool:
+        return self.p.poll() is None
+
+    def wait(self, timeout: float) -> Optional[int]:
+        """Exit code, or None after SIGKILLing a run still going after ``timeout`` s."""
+        try:
+            rc = self.p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            rc = None
+        self.wall = self.wall or time.perf_counter() - self.t0
+        _kill_session(self.p.pid)  # whatever the run left behind
+        return rc
+
+    def kill(self) -> None:
+        """kill -9 of the driver and everything of its session (Ray's processes too)."""
+        _kill_session(self.p.pid)
+        self.p.wait()
+        self.wall = time.perf_counter() - self.t0
+        time.sleep(0.2)
+        _kill_session(self.p.pid)
+
+    @property
+    def stdout(self) -> str:
+        return self.out_path.read_text(errors="replace")
+
+    @property
+    def stderr(self) -> str:
+        return self.err_path.read_text(errors="replace")
+
+
+def _run(cmd: list[str], log_dir: Path, tag: str, timeout: float = 300, env: Optional[dict] = None) -> dict:
+    proc = Proc(cmd, log_dir, tag, env)
+    rc = proc.wait(timeout)
+    return {"rc": rc, "wall_s": round(proc.wall, 2), "stdout": proc.stdout, "stderr": proc.stderr}
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "rl_zerosync", *args]
+
+
+def _train_args(run_root: Path, name: str, iterations: int, *sets: str) -> list[str]:
+    args = ["train", "--config", str(SMOKE), "--set", f"run.dir={run_root}", "--set", f"run.name={name}",
+            "--set", f"run.iterations={iterations}", "--set", "run.evaluate=false"]
+    for s in sets:
+        args += ["--set", s]
+    return args
+
+
+# ---- checks --------------------------------------------------------------------------------------
+
+def _rows(run_dir: Path) -> tuple[list[int], int]:
+    """Iterations of ``metrics.jsonl`` in file order, and the number of unreadable lines."""
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return [], 0
+    its, torn = [], 0
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        try:
+            its.append(int(json.loads(line)["iteration"]))
+        except (ValueError, KeyError, TypeError):
+            torn += 1
+    return its, torn
+
+
+def _row_check(run_dir: Path, n: int) -> dict:
+    """Rows of 1..n lost and rows repeated (or outside 1..n, or unreadable)."""
+    its, torn = _rows(run_dir)
+    want = set(range(1, n + 1))
+    lost = len(want - set(its))
+    duplicated = (len(its) - len(set(its) & want)) + torn
+    return {"rows": len(its), "expected_rows": n, "rows_lost": lost, "rows_duplicated": duplicated,
+            "in_order": its == list(range(1, n + 1))}
+
+
+def _error_lines(stderr: str) -> list[str]:
+    return [x for x in stderr.splitlines() if x.startswith("error: ")]
+
+
+def _tail(text: str, n: int = 1500) -> str:
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    return text[-n:]
+
+
+def _named_refusal(r: dict, needles: list[str], *, limit_s: Optional[float] = None,
+                   one_line: bool = False) -> list[str]:
+    """Failed checks of a refusal: exit 2, one ``error:`` line with every needle (and, with
+    ``one_line``, nothing else on stderr), no traceback, Ray not started, within ``limit_s``."""
+    failed = []
+    lines = _error_lines(r["stderr"])
+    if r["rc"] != 2:
+        failed.append(f"exit code {r['rc']}, expected 2")
+    if one_line and len(r["stderr"].strip().splitlines()) != 1:
+        failed.append(f"stderr has {len(r['stderr'].strip().splitlines())} lines, expected 1")
+    if len(lines) != 1:
+        failed.append(f"{len(lines)} 'error: ' lines on stderr, expected 1")
+    line = lines[0] if lines else ""
+    missing = [n for n in needles if n not in line]
+    if missing:
+        failed.append(f"error line lacks {missing}")
+    if "Traceback" in r["stderr"]:
+        failed.append("traceback on stderr")
+    if RAY_BANNER in r["stdout"] + r["stderr"]:
+        failed.append("Ray started")
+    if limit_s is not None and r["wall_s"] >= limit_s:
+        failed.append(f"took {r['wall_s']:.1f} s, limit {limit_s:g} s")
+    return failed
+
+
+def _step(name: str, r: dict, failed: list[str], **extra: Any) -> dict:
+    lines = _error_lines(r["stderr"])
+    out = {"step": name, "ok": not failed, "rc": r["rc"], "wall_s": r["wall_s"], **extra}
+    if lines:
+        out["error_line"] = lines[-1][:1000]
+    if failed:
+        out["failed_checks"] = failed
+        out["stdout_tail"] = _tail(r["stdout"])
+        out["stderr_tail"] = _tail(r["stderr"])
+    return out
+
+
+def _completed(r: dict, run_dir: Path, n: int, *, needles_out: tuple = (),
+               needles_err: tuple = ()) -> tuple[list[str], dict]:
+    """Failed checks of a run that must complete with rows 1..n, and the row check."""
+    failed = []
+    rows = _row_check(run_dir, n)
+    if r["rc"] != 0:
+        failed.append(f"exit code {r['rc']}, expected 0")
+    if rows["rows_lost"] or rows["rows_duplicated"] or not rows["in_order"]:
+        failed.append(f"metrics rows {_rows(run_dir)[0]}, expected 1..{n}")
+    for needle in needles_out:
+        if needle not in r["stdout"]:
+            failed.append(f"stdout lacks {needle!r}")
+    for needle in needles_err:
+        if needle not in r["stderr"]:
+            failed.append(f"stderr lacks {needle!r}")
+    return failed, rows
+
+
+def _fault(name: str, steps: list[dict], rows: Optional[dict] = None, **extra: Any) -> dict:
+    ok = all(s["ok"] for s in steps)
+    out = {"name": name, "tried": True, "ok": ok, "wall_s": round(sum(s["wall_s"] or 0 for s in steps), 2),
+           **extra, "steps": steps}
+    if rows is not None:
+        out["rows"] = rows
+        out["rows_lost_or_duplicated"] = rows["rows_lost"] + rows["rows_duplicated"]
+    return out
+
+
+# ---- bad inputs ----------------------------------------------------------------------------------
+
+def run_bad_input(name: str, make: Callable, needles: list[str], data_dir: Path, work: Path,
+                  preflight, limit_s: float) -> dict:
+    case_dir = work / "bad" / name
+    case_dir.mkdir(parents=True, exist_ok=True)
+    cfg = preflight._yaml(case_dir / "pf.yaml", make(data_dir))
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = Proc(_cli("train", "--config", str(cfg)), case_dir, "cli")
+    rc = proc.wait(60)
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+    r = {"rc": rc, "wall_s": round(proc.wall, 2), "stdout": proc.stdout, "stderr": proc.stderr}
+    failed = _named_refusal(r, needles, limit_s=limit_s, one_line=True)
+    runs = [p for p in (data_dir / "runs", case_dir / "runs") if p.exists()]
+    if runs:
+        failed.append(f"run directory created: {[str(p) for p in runs]}")
+        for p in runs:
+            shutil.rmtree(p, ignore_errors=True)
+    lines = r["stderr"].strip().splitlines()
+    # cpu_s (the command's own CPU seconds) and the load average tell a slow command from a busy machine.
+    out = {"name": name, "named_error": not failed, "rc": rc, "wall_s": r["wall_s"], "cpu_s": round(cpu_s, 2),
+           "load_avg_1m": round(os.getloadavg()[0], 2), "needles": needles,
+           "error_line": (lines[0] if len(lines) == 1 else _tail(r["stderr"], 800))[:1000]}
+    if failed:
+        out["failed_checks"] = failed
+        out["stdout_tail"] = _tail(r["stdout"], 800)
+    return out
+
+
+# ---- faults --------------------------------------------------------------------------------------
+
+def fault_same_name(work: Path, iterations: int) -> dict:
+    root = work / "same"
+    run_dir = root / "r"
+    a = Proc(_cli(*_train_args(root, "r", iterations)), root, "first")
+    lock = run_dir / "run.lock"
+    deadline = time.time() + 120
+    while time.time() < deadline and a.alive() and not lock.is_file():
+        time.sleep(0.05)
+    holder = {}
+    try:
+        holder = json.loads(lock.read_text())
+    except (OSError, ValueError):
+        pass
+    steps = []
+    if not holder:
+        a.kill()
+        r = {"rc": a.p.returncode, "wall_s": round(a.wall, 2), "stdout": a.stdout, "stderr": a.stderr}
+        return _fault("same-name-concurrent", [_step("first run holds the lock", r, ["no run.lock appeared"])])
+    b = _run(_cli(*_train_args(root, "r", iterations)), root, "second", timeout=60)
+    first_alive = a.alive()
+    needles = ["is in use by another run", f"pid {a.pid}", f"host {socket.gethostname()}"]
+    failed = _named_refusal(b, needles, limit_s=10.0)
+    if not first_alive:
+        failed.append("the first run was not running while the second was refused")
+    steps.append(_step("second train, same run name", b, failed, holder_pid=a.pid))
+    rc = a.wait(300)
+    r = {"rc": rc, "wall_s": round(a.wall, 2), "stdout": a.stdout, "stderr": a.stderr}
+    failed, rows = _completed(r, run_dir, iterations)
+    if lock.exists():
+        failed.append("run.lock left behind")
+    steps.insert(0, _step("first run completes", r, failed))
+    return _fault("same-name-concurrent", steps, rows)
+
+
+def fault_kill_mid_training(work: Path, iterations: int) -> dict:
+    root = work / "kill_mid"
+    run_dir = root / "k"
+    every = 4
+    sets = (f"run.checkpoint_every={every}",)
+    a = Proc(_cli(*_train_args(root, "k", iterations, *sets)), root, "first")
+    deadline = time.time() + 240
+    while time.time() < deadline and a.alive():
+        n = len(_rows(run_dir)[0])
+        if n >= 6 and n % every:  # between two checkpoints: rows after the last checkpoint
+            break
+        time.sleep(0.05)
+    a.kill()
+    killed_at = len(_rows(run_dir)[0])
+    r = {"rc": a.p.returncode, "wall_s": round(a.wall, 2), "stdout": a.stdout, "stderr": a.stderr}
+    steps = [_step("kill -9 the run", r, [] if 0 < killed_at < iterations else
+                   [f"{killed_at} rows at the kill, wanted a kill mid-run"], rows_at_kill=killed_at)]
+    again = _run(_cli(*_train_args(root, "k", iterations, *sets)), root, "rerun", timeout=60)
+    failed = _named_refusal(again, ["already holds a run", "--resume", "--overwrite"], limit_s=10.0)
+    if "taking over the stale lock" not in again["stderr"]:
+        failed.append("no 'taking over the stale lock' warning")
+    steps.append(_step("plain re-run refused", again, failed))
+    res = _run(_cli(*_train_args(root, "k", iterations, *sets), "--resume", str(run_dir)), root, "resume")
+    failed, rows = _completed(res, run_dir, iterations, needles_out=("resumed from",))
+    steps.append(_step("--resume", res, failed))
+    return _fault("kill-9-mid-training", steps, rows, rows_at_kill=killed_at)
+
+
+def fault_kill_in_checkpoint(work: Path, point: str, iterations: int) -> dict:
+    root = work / f"kill_ckpt_{point}"
+    run_dir = root / "c"
+    kill_it = 4
+    args = _train_args(root, "c", iterations, "run.checkpoint_every=1")
+    if point == "external":
+        a = Proc(_cli(*args), root, "first")
+        tmp = run_dir / "checkpoint.tmp"
+        deadline = time.time() + 240
+        while time.time() < deadline and a.alive():
+            if tmp.exists() and len(_rows(run_dir)[0]) >= kill_it - 1:
+                break
+            time.sleep(0.002)
+        a.kill()
+        r = {"rc": a.p.returncode, "wall_s": round(a.wall, 2), "stdout": a.stdout, "stderr": a.stderr}
+    else:
+        a = Proc([sys.executable, "-c", KILL_LAUNCHER, *args], root, "first",
+                 env=_env(RELIABILITY_KILL_AT=f"{point}:{kill_it}"))
+        rc = a.wait(240)
+        r = {"rc": rc, "wall_s": round(a.wall, 2), "stdout": a.stdout, "stderr": a.stderr}
+    left = sorted(p.name for p in run_dir.glob("checkpoint*"))
+    state = {"rows_at_kill": len(_rows(run_dir)[0]), "checkpoint_dirs_after_kill": left}
+    failed = []
+    if r["rc"] not in (-signal.SIGKILL, None) and point != "external":
+        failed.append(f"exit code {r['rc']}, expected -9 (killed)")
+    if "checkpoint.tmp" not in left:
+        failed.append("checkpoint.tmp/ not left behind: the kill did not land inside a checkpoint write")
+    steps = [_step(f"kill -9 in a checkpoint write ({point})", r, failed, **state)]
+    res = _run(_cli(*args, "--resume", str(run_dir)), root, "resume")
+    failed, rows = _completed(res, run_dir, iterations, needles_out=("resumed from",))
+    if (run_dir / "checkpoint.tmp").exists():
+        failed.append("checkpoint.tmp/ still there after the resumed run")
+    steps.append(_step("--resume", res, failed))
+    return _fault(f"kill-9-in-checkpoint-write:{point}", steps, rows, **state)
+
+
+def _base_run(work: Path) -> Path:
+    """A finished 3-iteration run with a checkpoint after every iteration (checkpoint/, checkpoint.1/)."""
+    root = work / "ckpt_base"
+    r = _run(_cli(*_train_args(root, "run", 3, "run.checkpoint_every=1")), root, "train")
+    if r["rc"] != 0:
+        raise RuntimeError(f"the base run for the checkpoint cases failed: {_tail(r['stdout'] + r['stderr'])}")
+    return root / "run"
+
+
+def fault_checkpoint_damage(work: Path, base: Path, kind: str, damage, rel: str, what: str) -> dict:
+    root = work / f"ckpt_{kind.replace(' ', '_')}"
+    run_dir = root / "run"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    shutil.copytree(base, run_dir)
+    damage(run_dir / "checkpoint" / rel)
+    steps = []
+    pattern = re.compile(re.escape(rel) + " " + what)
+    for tag, args in (("evaluate the checkpoint directory",
+                       ("evaluate", "--checkpoint", str(run_dir / "checkpoint"), "--out", str(root / "ev1"))),
+                      ("evaluate the run directory --which last",
+                       ("evaluate", "--checkpoint", str(run_dir), "--which", "last", "--out", str(root / "ev2")))):
+        r = _run(_cli(*args), root, tag.split()[-1].replace("-", ""), timeout=120)
+        failed = _named_refusal(r, [rel], one_line=True)
+        lines = _error_lines(r["stderr"])
+        if lines and not pattern.search(lines[0]):
+            failed.append(f"error line does not say {pattern.pattern!r}")
+        if (root / args[-1]).exists() and any((root / args[-1]).iterdir()):
+            failed.append("evaluation output written from a damaged checkpoint")
+        steps.append(_step(tag, r, failed))
+    res = _run(_cli(*_train_args(root, "run", 5, "run.checkpoint_every=1"), "--resume", str(run_dir)), root, "resume")
+    failed, rows = _completed(res, run_dir, 5, needles_out=(f"resumed from {run_dir / 'checkpoint.1'} at iteration 2",),
+                              needles_err=(rel, "falling back to the previous good checkpoint"))
+    steps.append(_step("--resume (falls back to checkpoint.1)", res, failed))
+    return _fault(f"checkpoint-{kind.replace(' ', '-')}", steps, rows)
+
+
+def fault_all_checkpoints_damaged(work: Path, base: Path, weights: str, scribble) -> dict:
+    root = work / "ckpt_all_damaged"
+    run_dir = root / "run"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    shutil.copytree(base, run_dir)
+    scribble(run_dir / "checkpoint" / weights)
+    (run_dir / "checkpoint.1" / "run_state.json").unlink()
+    before = _rows(run_dir)[0]
+    r = _run(_cli(*_train_args(root, "run", 5, "run.checkpoint_every=1"), "--resume", str(run_dir)), root, "resume")
+    failed = _named_refusal(r, [str(run_dir / "checkpoint"), weights], limit_s=10.0)
+    if "run_state.json is missing" not in r["stderr"]:
+        failed.append("checkpoint.1's missing run_state.json not named")
+    if _rows(run_dir)[0] != before:
+        failed.append("metrics.jsonl changed")
+    return _fault("checkpoint-all-damaged", [_step("--resume refused", r, failed)])
+
+
+def fault_runner_kill(work: Path, iterations: int) -> dict:
+    root = work / "runner_kill"
+    run_dir = root / "r"
+    a = Proc(_cli(*_train_args(root, "r", iterations, "algo.num_env_runners=1", "run.checkpoint_every=0")),
+             root, "run")
+    deadline = time.time() + 240
+    while time.time() < deadline and a.alive() and len(_rows(run_dir)[0]) < 3:
+        time.sleep(0.05)
+    victims = [pid for pid in _session_pids(a.pid) if _cmdline(pid).startswith("ray::GPUEnvRunner")]
+    for pid in victims:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    at = len(_rows(run_dir)[0])
+    rc = a.wait(300)
+    r = {"rc": rc, "wall_s": round(a.wall, 2), "stdout": a.stdout, "stderr": a.stderr}
+    failed, rows = _completed(r, run_dir, iterations)
+    if not victims:
+        failed.insert(0, "no ray::GPUEnvRunner process found to kill")
+    path = run_dir / "metrics.jsonl"
+    rows_all = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+    lifetime = [row.get("env_runners/num_env_steps_sampled_lifetime") for row in rows_all]
+    empty = [row["iteration"] for i, row in enumerate(rows_all)  # no env steps sampled in that iteration
+             if i and lifetime[i] is not None and lifetime[i] == lifetime[i - 1]]
+    text = r["stdout"] + r["stderr"]
+    step = _step("kill -9 the remote env runner, run completes", r, failed, killed_pids=len(victims),
+                 rows_at_kill=at, iterations_without_samples=empty,
+                 runner_restarted="back into service" in text)
+    return _fault("remote-env-runner-kill-9", [step], rows)
+
+
+def fault_data_error_remote_runners(work: Path, data_dir: Path, preflight) -> dict:
+    root = work / "data_error"
+    root.mkdir(parents=True, exist_ok=True)
+    make, needles = {c[0]: (c[1], c[2]) for c in preflight.CASES}["nan-close"]
+    cfg = make(data_dir)
+    cfg["run"].update(dir=str(root / "runs"), num_cpus=2, evaluate=False, iterations=2)
+    cfg["algo"].update(num_env_runners=2)
+    path = preflight._yaml(root / "pf.yaml", cfg)
+    steps = []
+    r = _run([sys.executable, "-c", API_TRAIN, str(path)], root, "api", timeout=300)
+    result = {}
+    for line in r["stdout"].splitlines():
+        if line.startswith("RESULT "):
+            result = json.loads(line[len("RESULT "):])
+    message = result.get("message") or ""
+    first = next((x for x in message.splitlines() if x.strip()), "")
+    failed = []
+    if not result.get("type"):
+        failed.append("training did not fail")
+    elif result["type"] in ("IndexError", "KeyError", "TypeError", "AttributeError", "AssertionError"):
+        failed.append(f"raised {result['type']}, not an error naming the data")
+    missing = [n for n in needles if n not in first]
+    if missing:
+        failed.append(f"the exception's first line lacks {missing}")
+    steps.append(_step("train() through the Python API, 2 remote env runners", r, failed,
+                       exception=f"{result.get('module')}.{result.get('type')}" if result.get("type") else None,
+                       exception_first_line=first[:1000], needles=needles,
+                       root_cause_in_output=all(n in r["stderr"] for n in needles[1:])))
+    c = _run(_cli("train", "--config", str(path)), root, "cli", timeout=60)
+    steps.append(_step("the same config through the CLI", c, _named_refusal(c, needles, limit_s=10.0, one_line=True)))
+    return _fault("data-error-2-remote-runners", steps)
+
+
+def _git() -> dict:
+    """The commit measured, and the files of the package that differ from it."""
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT, timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+    dirty = [line[3:] for line in git("status", "--porcelain", "--", "rl_zerosync").splitlines()]
+    return {"commit": git("rev-parse", "HEAD") or None, "rl_zerosync_uncommitted": dirty}
+
+
+# ---- main ----------------------------------------------------------------------------------------
+
+def _print_table(bad: list[dict], faults: list[dict]) -> None:
+    print(f"\n{'case':<42} {'result':<9} {'wall s':>7}  note")
+    for c in bad:
+        note = c["error_line"][:70] if c["named_error"] else (
+            "; ".join(c["failed_checks"])[:90] + f" (cpu {c['cpu_s']:.1f} s, load {c['load_avg_1m']:.1f})")
+        print(f"{'bad: ' + c['name']:<42} {'named' if c['named_error'] else 'FAIL':<9} {c['wall_s']:>7.1f}  {note}")
+    for f in faults:
+        notes = [fc for s in f["steps"] for fc in s.get("failed_checks", [])]
+        note = "; ".join(notes)[:110] if notes else (
+            f"rows {f['rows']['rows']}/{f['rows']['expected_rows']}" if "rows" in f else "")
+        print(f"{'fault: ' + f['name']:<42} {'ok' if f['ok'] else 'FAIL':<9} {f['wall_s']:>7.1f}  {note}")
+
+
+def main(argv: Optional[list[str]] = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="a few bad inputs and the concurrent-run fault (< 60 s)")
+    p.add_argument("--out", default=str(BENCH / "results" / "reliability.json"))
+    p.add_argument("--work-dir", default=None, help="where the runs go (default: a temporary directory)")
+    p.add_argument("--keep", action="store_true", help="keep the work directory (logs of every case)")
+    args = p.parse_args(argv)
+    t_start = time.perf_counter()
+
+    preflight = _import_test("test_preflight")
+    integrity = _import_test("test_checkpoint_integrity")
+    limit_s = float(preflight.LIMIT_S)
+    work = Path(args.work_dir or tempfile.mkdtemp(prefix="reliability_")).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    data_dir = _fixture_function(preflight.data_dir)(_TmpFactory(work))
+
+    cases = bad_input_cases(preflight)
+    if args.quick:
+        cases = [c for c in cases if c[0] in QUICK_BAD]
+    bad = []
+    for name, make, needles in cases:
+        bad.append(run_bad_input(name, make, needles, data_dir, work, preflight, limit_s))
+        c = bad[-1]
+        print(f"bad input {name:<22} {'named' if c['named_error'] else 'FAIL':<6} {c['wall_s']:5.1f} s", flush=True)
+
+    faults: list[dict] = []
+
+    def fault(fn, *a) -> None:
+        t0 = time.perf_counter()
+        try:
+            faults.append(fn(*a))
+        except Exception as err:  # noqa: BLE001 - a harness failure is recorded as a failed case
+            faults.append({"name": fn.__name__, "tried": True, "ok": False, "wall_s": 0.0, "steps": [
+                {"step": "harness", "ok": False, "failed_checks": [f"{type(err).__name__}: {err}"]}]})
+        f = faults[-1]
+        f["wall_s"] = round(time.perf_counter() - t0, 2)  # the steps may overlap
+        print(f"fault {f['name']:<40} {'ok' if f['ok'] else 'FAIL':<6} {f['wall_s']:5.1f} s", flush=True)
+
+    if args.quick:
+        fault(fault_same_name, work, 2)
+    else:
+        fault(fault_same_name, work, FULL_ITERS // 2)
+        fault(fault_kill_mid_training, work, 2 * FULL_ITERS)
+        for point in ("external", "before-manifest", "between-renames"):
+            fault(fault_kill_in_checkpoint, work, point, FULL_ITERS // 2 + 2)
+        try:
+            base = _base_run(work)
+        except RuntimeError as err:
+            base = None
+            for kind in [*integrity.DAMAGE, "all damaged"]:
+                faults.append({"name": f"checkpoint-{kind.replace(' ', '-')}", "tried": True, "ok": False,
+                               "wall_s": 0.0,
+                               "steps": [{"step": "base run", "ok": False, "failed_checks": [str(err)[:1500]]}]})
+        if base is not None:
+            for kind, (damage, rel, what) in integrity.DAMAGE.items():
+                fault(fault_checkpoint_damage, work, base, kind, damage, rel, what)
+            fault(fault_all_checkpoints_damaged, work, base, integrity.WEIGHTS, integrity._scribble)
+        fault(fault_runner_kill, work, FULL_ITERS)
+        fault(fault_data_error_remote_runners, work, data_dir, preflight)
+
+    _print_table(bad, faults)
+    summary = {
+        "bad_inputs_tried": len(bad),
+        "bad_inputs_named_error": sum(c["named_error"] for c in bad),
+        "faults_tried": len(faults),
+        "faults_survived_or_named": sum(f["ok"] for f in faults),
+        "rows_lost_or_duplicated": sum(f.get("rows_lost_or_duplicated", 0) for f in faults),
+    }
+    wall = time.perf_counter() - t_start
+    hw = hardware("cpu")
+    hw["cores"] = os.cpu_count()
+    result = {
+        "name": "reliability",
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "hardware": hw,
+        "versions": versions(),
+        "git": _git(),
+        "config": {
+            "quick": args.quick, "smoke_config": str(SMOKE.relative_to(ROOT)), "fault_iterations": FULL_ITERS,
+            "bad_input_limit_s": limit_s, "bad_input_cases_from": "tests/test_preflight.py CASES (+ GPU requests)",
+            "checkpoint_damage_from": "tests/test_checkpoint_integrity.py DAMAGE",
+            "cuda_visible_devices": "", "named_error": "exit 2, one stderr line 'error: ...' holding the case's "
+            "needles, no traceback, < limit, Ray not started, no run directory created",
+        },
+        "bad_inputs": bad,
+        "faults": faults,
+        "summary": summary,
+        "wall_s": round(wall, 1),
+    }
+    print(f"\nsummary: {json.dumps(summary)}  ({wall:.0f} s)")
+    write_json(result, args.out)
+    if not args.keep and args.work_dir is None:
+        shutil.rmtree(work, ignore_errors=True)
+    else:
+        print(f"logs: {work}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
