@@ -386,11 +386,25 @@ def scaling_learner(r) -> str:
     return "\n".join(out)
 
 
+# ---------------------------------------------------------------------------------- reliability
+def reliability(r) -> str:
+    sm = r["summary"]
+    slowest = max(x["wall_s"] for x in r["bad_inputs"])
+    out = [_head(r, gpu="CPU (no GPU), " + str(r.get("hardware", {}).get("cpu_count", "?")) + " cores"),
+           "| what | tried | named error / survived | rows lost or duplicated |", "| --- | ---: | ---: | ---: |",
+           f"| bad inputs (one-line error, exit 2, no Ray, < 10 s) | {sm['bad_inputs_tried']} "
+           f"| {sm['bad_inputs_named_error']} | – |",
+           f"| faults (kills, damaged checkpoints, lost runners, runner data errors) | {sm['faults_tried']} "
+           f"| {sm['faults_survived_or_named']} | {sm['rows_lost_or_duplicated']} |",
+           "", f"Slowest bad-input case: {slowest:.1f} s. Faults: " + ", ".join(f["name"] for f in r["faults"]) + "."]
+    return "\n".join(out)
+
+
 # ----------------------------------------------------------------------------------------- main
 TABLES = (
     ("learning", learning), ("learning_sweep", learning_sweep), ("e2e", e2e), ("learner", learner),
     ("stock_syncs", stock_syncs), ("env_runner", env_runner), ("cartpole", cartpole), ("scaling", scaling),
-    ("scaling_learner", scaling_learner), ("kernels", kernels), ("env", env),
+    ("scaling_learner", scaling_learner), ("kernels", kernels), ("env", env), ("reliability", reliability),
 )
 """(JSON name in the results folder, printer), in README order."""
 
