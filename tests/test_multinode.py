@@ -186,7 +186,12 @@ class Cluster:
             return next((n["NodeID"] for n in ray.nodes()
                          if n["Alive"] and n["Resources"].get(RUNNER_RESOURCE)), None)
 
-        return worker, _wait_for("the worker node joining", worker_id, 90, self.nodes)
+        node_id = _wait_for("the worker node joining", worker_id, 90, self.nodes)
+        # Alive in the GCS is not yet ready to start workers: run one task there first (under load a
+        # runner actor created right after the join was cancelled before it started).
+        probe = ray.remote(num_cpus=1, resources={RUNNER_RESOURCE: 1})(lambda: ray.get_runtime_context().get_node_id())
+        assert ray.get(probe.remote(), timeout=90) == node_id
+        return worker, node_id
 
 
 @contextlib.contextmanager

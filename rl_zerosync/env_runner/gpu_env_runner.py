@@ -234,7 +234,7 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
         # the env section sets its own.
         env_seed = None if "seed" in (env_config.get("env") or {}) else self.seed
         self.env = BatchedTradingEnv(data, self.env_params, self.num_envs, self.device, seed=env_seed,
-                                     env_id_offset=offset)
+                                     env_id_offset=offset, stagger=self.env_params.stagger_start)
         self._make_rollout()
 
     def _make_rollout(self) -> None:

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from rl_zerosync.actions import NUM_ACTIONS
+from rl_zerosync.kernels.rng import STREAM_USER_BASE, bits24
 from rl_zerosync.envs.core import EnvState, EnvTables, env_step, init_state, make_tables, observe, route_inputs
 from rl_zerosync.envs.episode_stats import EP_INDEX, METRICS_SIZE, metrics_names
 from rl_zerosync.envs.market import FeatureConfig, MarketData
@@ -30,6 +31,10 @@ def observation_space(params: EnvParams, features: FeatureConfig) -> gym.spaces.
     return gym.spaces.Box(low=low, high=high, dtype=np.float32)
 
 
+STREAM_STAGGER = STREAM_USER_BASE + 8
+"""RNG stream of the staggered first-episode step counters (``stagger=True``)."""
+
+
 class BatchedTradingEnv(BatchedEnv):
     """N trading envs stepped together on one device, with auto-reset and no host reads in ``step``.
 
@@ -37,6 +42,9 @@ class BatchedTradingEnv(BatchedEnv):
     ``final_obs`` f32[N, D] (pre-reset next observation of every env; differs from the returned obs
     only where an episode ended), ``spread``, ``median_spread``, ``vol``, ``median_vol`` f32[N] (routing
     inputs at each env's current bar), ``state`` (:class:`EnvState`).
+
+    ``stagger=True`` (the GPU env runner passes ``env.stagger_start``) starts each env's first
+    episode at a random step counter, so episodes do not all end together.
 
     As a :class:`BatchedEnv` its action space is the factored ``Discrete(45)``
     (:mod:`rl_zerosync.actions`); the GPU env runner builds it from ``env_config`` itself (market
@@ -52,6 +60,7 @@ class BatchedTradingEnv(BatchedEnv):
         seed: int | None = None,
         *,
         env_id_offset: int = 0,
+        stagger: bool = False,
     ) -> None:
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
             raise ValueError(f"BatchedTradingEnv.num_envs: expected an int >= 1, got {num_envs!r}")
@@ -67,7 +76,8 @@ class BatchedTradingEnv(BatchedEnv):
         self.num_envs = num_envs
         self.tables: EnvTables = make_tables(self.data, params)
         self._env_ids = torch.arange(num_envs, dtype=torch.int64, device=self.device) + env_id_offset
-        self.state: EnvState = init_state(self.data, self.tables, self._env_ids)
+        self.stagger = bool(stagger)
+        self.state: EnvState = self._initial_state()
         self.final_obs = observe(self.data, self.tables, self.state)
         self._update_route_inputs()
         self.observation_space = observation_space(params, self.data.features)
@@ -89,7 +99,7 @@ class BatchedTradingEnv(BatchedEnv):
         if seed is not None:
             self.params = replace(self.params, seed=int(seed))
             self.tables = make_tables(self.data, self.params)
-        self.state = init_state(self.data, self.tables, self._env_ids)
+        self.state = self._initial_state()
         obs = observe(self.data, self.tables, self.state)
         self.final_obs = obs
         self._update_route_inputs()
@@ -103,6 +113,15 @@ class BatchedTradingEnv(BatchedEnv):
         )
         self._update_route_inputs()
         return obs, reward, terminated, truncated, self.final_obs
+
+    def _initial_state(self) -> EnvState:
+        """Every env at the start of an episode; with ``stagger`` each env's step counter starts at
+        ``(bits24(seed, 0, STREAM_STAGGER, env_id) * episode_len) >> 24`` (its first episode is shorter)."""
+        state = init_state(self.data, self.tables, self._env_ids)
+        if not self.stagger:
+            return state
+        draw = bits24(self.params.seed, 0, STREAM_STAGGER, self._env_ids)
+        return replace(state, step=(draw * self.params.episode_len) >> 24)
 
     def route_inputs(self) -> tuple[torch.Tensor, ...]:
         return self.spread, self.median_spread, self.vol, self.median_vol

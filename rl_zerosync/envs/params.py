@@ -54,8 +54,15 @@ class EnvParams:
     """Terminate an episode when its drawdown from the peak equity reaches this (0 disables)."""
     seed: int = 0
     """Seed of the counter-based RNG (episode offsets, assets, stochastic fills)."""
+    stagger_start: bool = False
+    """Training envs of the GPU env runner start their first episode at a random step counter in
+    ``[0, episode_len)`` (so episodes do not all end in the same iteration); later episodes are
+    whole. Off by default: the committed learning results were produced without it. Evaluation,
+    validation walks and the single-env gymnasium twins ignore it."""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.stagger_start, bool):
+            raise ValueError(f"EnvParams.stagger_start: expected true or false, got {self.stagger_start!r}")
         _check_int("episode_len", self.episode_len, 1)
         _check_int("window", self.window, 1)
         _check_int("seed", self.seed, 0)
