@@ -62,7 +62,7 @@ FORMAT = 2  # e2e.json layout: 2 = seeds + tuned stock (benchmarks/tables.py rea
 # ------------------------------------------------------------------------------------ evaluation
 def _evaluate(module, settings, segment: str) -> dict:
     from rl_zerosync.envs import EnvParams, make_market
-    from rl_zerosync.envs.evaluate import evaluate_policy
+    from rl_zerosync.envs.backtest import evaluate_policy
 
     dev = next(module.parameters()).device
     market = make_market(settings.data, segment)
@@ -79,7 +79,7 @@ def rule_target(settings) -> tuple[float, str]:
     """The time-to-target target, fixed in advance: the best rule's validation Sharpe (the rules
     of ``rl_zerosync.envs.rules``, their variants chosen on the validation segment; flat = 0)."""
     from rl_zerosync.envs import EnvParams, make_market
-    from rl_zerosync.envs.evaluate import rule_metrics
+    from rl_zerosync.envs.backtest import rule_metrics
     from rl_zerosync.envs.rules import RuleWalk
     from rl_zerosync.validation import routing_thresholds
 
@@ -158,13 +158,13 @@ def run_ours(settings, *, budget_s, eval_every_env_steps, target):
 
 # ----------------------------------------------------------------------------------------- stock
 def _replay_capacity(settings) -> int:
-    from rl_zerosync.learner.settings import LearnerSettings
+    from rl_zerosync.learner.learner_settings import LearnerSettings
 
     return int(settings.learner.get("replay_capacity", LearnerSettings.replay_capacity))
 
 
 def _prioritized(settings) -> bool:
-    from rl_zerosync.learner.settings import LearnerSettings
+    from rl_zerosync.learner.learner_settings import LearnerSettings
 
     return bool(settings.learner.get("prioritized", LearnerSettings.prioritized))
 

@@ -63,7 +63,7 @@ def make_launchers(k: Kernels, device: torch.device, *, envs: int, actions: int,
         "guard_check": k.bind_guard_check(loss, gn, scalar(1.0), flags, cl, ls, fi, loss_clip=1e6,
                                           collapse_threshold=1e-6),
         "guard_accumulate": k.bind_guard_accumulate(cl, gn, flags, torch.zeros(6, dtype=torch.float64, device=device)),
-        # the learner's per-update launch (learner/guard.py TrainingGuard.record): accumulate, fold the
+        # the learner's per-update launch (learner/training_guard.py TrainingGuard.record): accumulate, fold the
         # Q stats into the iteration aggregate, first-trigger records, bump the update index
         "guard_record": k.bind_guard_record(cl, loss, gn, flags, qrec, i32(), f64(6), qagg,
                                             f64(GUARD_CHECKS, GUARD_RECORD_FIELDS), f64(1)),

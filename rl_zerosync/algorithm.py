@@ -46,7 +46,7 @@ from ray.rllib.utils.metrics import (
     TIMERS,
 )
 
-from rl_zerosync.learner.replay import ROLLOUT_KEYS as REPLAY_KEYS
+from rl_zerosync.learner.replay import REPLAY_COLUMNS
 
 NUM_UPDATES_PER_ITERATION = "num_updates_per_iteration"
 REPLAY_SHARDS = "zerosync_replay_shards"
@@ -220,7 +220,7 @@ def _sample_to_object_store(runner) -> tuple:
     with runner.metrics.log_time(ROLLOUT_PUT_TIMER, reduce="mean", window=1):
         # numpy columns: zero-copy out of the object store on the learner's node. Only what the
         # replay stores travels (not the factored actions).
-        ref = ray.put({k: rollout[k].numpy() for k in REPLAY_KEYS})
+        ref = ray.put({k: rollout[k].numpy() for k in REPLAY_COLUMNS})
     return ref, runner.get_metrics()
 
 

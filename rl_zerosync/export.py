@@ -87,7 +87,7 @@ class GreedyPolicyNet(nn.Module):
 
 def resolved_routing(settings: dict) -> dict[str, float]:
     """The run's routing thresholds with the env runner's defaults filled in (validated)."""
-    from rl_zerosync.env_runner.settings import RunnerSettings
+    from rl_zerosync.env_runner.runner_settings import RunnerSettings
     from rl_zerosync.envs.gym_twin import ROUTING_THRESHOLDS
     from rl_zerosync.validation import routing_thresholds
 

@@ -364,11 +364,11 @@ def _coerce_dict_sections(s: Settings) -> None:
     ``window``, ``features`` and ``synthetic`` (the generator's float keywords)."""
     import inspect
 
-    from rl_zerosync.env_runner.settings import RunnerSettings
+    from rl_zerosync.env_runner.runner_settings import RunnerSettings
     from rl_zerosync.envs import EnvParams
     from rl_zerosync.envs.market import FeatureConfig
     from rl_zerosync.envs.synthetic import synthetic_series
-    from rl_zerosync.learner.settings import LearnerSettings
+    from rl_zerosync.learner.learner_settings import LearnerSettings
 
     for section, cls in (("env", EnvParams), ("runner", RunnerSettings), ("learner", LearnerSettings)):
         values = getattr(s, section)
@@ -395,9 +395,9 @@ def _coerce_dict_sections(s: Settings) -> None:
 
 def _validate_components(s: Settings) -> None:
     """Build the component settings once so their own checks run now, naming the file."""
-    from rl_zerosync.env_runner.settings import RunnerSettings
+    from rl_zerosync.env_runner.runner_settings import RunnerSettings
     from rl_zerosync.envs import EnvParams
-    from rl_zerosync.learner.settings import LearnerSettings
+    from rl_zerosync.learner.learner_settings import LearnerSettings
 
     _coerce_dict_sections(s)
     for section, cls in (("env", EnvParams), ("runner", RunnerSettings), ("learner", LearnerSettings)):

@@ -20,7 +20,7 @@ import torch
 
 from rl_zerosync.envs import EnvParams, make_market
 from rl_zerosync.envs.gym_twin import ROUTING_THRESHOLDS
-from rl_zerosync.envs.evaluate import add_baselines, best_rule, rule_metrics, walk_result
+from rl_zerosync.envs.backtest import add_baselines, best_rule, rule_metrics, walk_result
 from rl_zerosync.envs.rules import RULES, RuleWalk
 from rl_zerosync.envs.walk import SegmentWalk
 

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from rl_zerosync.env_runner.episode_stats import STAT_NAMES, EpisodeStatsTracker
+from rl_zerosync.env_runner.episode_tracker import STAT_NAMES, EpisodeStatsTracker
 from rl_zerosync.env_runner.episodes import EpisodeBuilder
 from rl_zerosync.env_runner.epsilon import DeviceEpsilonSchedule
 from rl_zerosync.env_runner.packed import Column, PackedColumns
-from rl_zerosync.env_runner.settings import (
+from rl_zerosync.env_runner.runner_settings import (
     RunnerSettings,
     action_mode_from_model_config,
     normalize_epsilon_schedule,

@@ -177,7 +177,7 @@ def test_bar_and_portfolio_tables_without_timestamps():
     """Undated (synthetic) data: ``bar`` locates the rows; the portfolio is the mean of the assets'
     net returns, its benchmark the mean of the buy-and-hold rule's."""
     from rl_zerosync.envs import EnvParams, make_market
-    from rl_zerosync.envs.evaluate import bar_table, evaluate_policy, portfolio_table
+    from rl_zerosync.envs.backtest import bar_table, evaluate_policy, portfolio_table
 
     data = make_market({"source": "synthetic", "num_assets": 3, "num_bars": 400, "seed": 1,
                         "features": {"warmup": 16}}, "test")

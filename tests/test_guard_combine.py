@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from rl_zerosync.learner.guard import CHECKS, combine_ranks
+from rl_zerosync.learner.training_guard import CHECKS, combine_ranks
 
 
 def _rank(q_min, q_max, q_sum, rows, div_count=0.0, div_flag=0.0, div_rec=None, skipped=0.0):

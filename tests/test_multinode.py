@@ -262,8 +262,30 @@ def _train_until(algo, done: Callable[[dict], bool], timeout_s: float) -> dict:
         assert time.monotonic() < deadline, f"not done within {timeout_s:g} s: {result.get('fault_tolerance')}"
 
 
+CHILD = "RL_ZEROSYNC_TWO_NODE_CHILD"
+"""Set in the fresh pytest process that runs :func:`test_two_node_cluster_body`."""
+
+
 @pytest.mark.skipif(not RAY_CLI.exists(), reason=f"`ray start` unavailable: no ray CLI at {RAY_CLI}")
-def test_runner_on_a_worker_node_recovers_and_a_lost_node_fails_the_run(cluster):
+def test_runner_on_a_worker_node_recovers_and_a_lost_node_fails_the_run():
+    """Runs :func:`test_two_node_cluster_body` in a fresh Python process whose environment says
+    ``RAY_AUTH_MODE=disabled`` before Ray is imported: an earlier ``ray.init`` in this pytest process
+    leaves ``RAY_AUTH_MODE=token`` in ``os.environ``, and a driver that imported Ray under it could
+    not start the runner actor on the auth-disabled test cluster (it was cancelled before it ran).
+    A fresh driver process is also what ``rl-zerosync train`` on a cluster is."""
+    env = {**os.environ, CHILD: "1", "RAY_AUTH_MODE": "disabled"}
+    env.pop("RAY_ADDRESS", None)
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
+                          f"{Path(__file__).resolve()}::test_two_node_cluster_body"],
+                         capture_output=True, text=True, env=env, cwd=Path(__file__).resolve().parents[1],
+                         timeout=300)
+    assert out.returncode == 0 and "1 passed" in out.stdout, out.stdout[-6000:] + out.stderr[-3000:]
+    print("\n".join(line for line in out.stdout.splitlines() if line.startswith(("runner killed", "worker node"))))
+
+
+@pytest.mark.skipif(os.environ.get(CHILD) != "1", reason="run in a fresh process by "
+                    "test_runner_on_a_worker_node_recovers_and_a_lost_node_fails_the_run")
+def test_two_node_cluster_body(cluster):
     """Runner on the worker node, learner in the driver on the head. kill -9 of the runner: Ray
     restarts it on the worker node and training continues. The worker node crashes: no node offers
     ``runner_node``, the runner cannot come back and the run raises EnvRunnersLostError naming it."""

@@ -15,7 +15,7 @@ SMOKE = Path(__file__).resolve().parent.parent / "configs" / "smoke.yaml"
 
 REMOTE_TRACEBACK = """The actor died because of an error raised in its creation task, ray::GPUEnvRunner.__init__()
 Traceback (most recent call last):
-  File "/x/rl_zerosync/env_runner/settings.py", line 53, in normalize_epsilon_schedule
+  File "/x/rl_zerosync/env_runner/runner_settings.py", line 53, in normalize_epsilon_schedule
     raise ValueError(f"{field}[0] step must be 0, got {out[0][0]}")
 ValueError: epsilon[0] step must be 0, got 10"""
 

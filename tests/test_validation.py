@@ -13,7 +13,7 @@ import torch
 from rl_zerosync.actions import OrderType, Urgency, encode
 from rl_zerosync.envs import EnvParams, evaluate_policy, make_market
 from rl_zerosync.envs.core import init_state, make_tables, observe, transition
-from rl_zerosync.envs.evaluate import best_rule, rule_metrics
+from rl_zerosync.envs.backtest import best_rule, rule_metrics
 from rl_zerosync.envs.fresh import FreshSeries, build_training_market, regenerate_every, training_seed
 from rl_zerosync.envs.rules import LOOKBACKS, THRESHOLDS, RuleWalk, choose, parse_label, variants
 from rl_zerosync.envs.walk import SegmentWalk

@@ -5,7 +5,7 @@
 from rl_zerosync.env_runner.epsilon import DeviceEpsilonSchedule
 from rl_zerosync.env_runner.gpu_env_runner import GPUEnvRunner, observation_space
 from rl_zerosync.env_runner.rollout import ROLLOUT_KEYS, ROUTING_KEYS, DeviceRollout
-from rl_zerosync.env_runner.settings import RunnerSettings
+from rl_zerosync.env_runner.runner_settings import RunnerSettings
 
 __all__ = [
     "DeviceEpsilonSchedule",

@@ -12,7 +12,7 @@ from typing import Sequence, Union
 
 import torch
 
-from rl_zerosync.env_runner.settings import EpsilonSchedule, normalize_epsilon_schedule
+from rl_zerosync.env_runner.runner_settings import EpsilonSchedule, normalize_epsilon_schedule
 
 
 class DeviceEpsilonSchedule:

@@ -53,10 +53,10 @@ from ray.rllib.utils.metrics import (
 from ray.rllib.utils.typing import ResultDict, StateDict
 
 from rl_zerosync.actions import NUM_ACTIONS, NUM_EXPOSURES
-from rl_zerosync.env_runner.episode_stats import EpisodeStatsTracker
+from rl_zerosync.env_runner.episode_tracker import EpisodeStatsTracker
 from rl_zerosync.env_runner.episodes import EpisodeBuilder
 from rl_zerosync.env_runner.rollout import EXPLORE, GREEDY, RANDOM, ROLLOUT_KEYS, ROUTING_KEYS, DeviceRollout
-from rl_zerosync.env_runner.settings import RunnerSettings, action_mode_from_model_config
+from rl_zerosync.env_runner.runner_settings import RunnerSettings, action_mode_from_model_config
 from rl_zerosync.env_runner.weights import copy_weights_in_place
 from rl_zerosync.envs import BatchedTradingEnv, EnvParams, make_market
 from rl_zerosync.envs.batched import observation_space  # noqa: F401  (re-exported by env_runner)

@@ -23,7 +23,7 @@ from typing import Dict, Optional, Sequence, Union
 import torch
 
 from rl_zerosync.actions import BRANCH_SIZES, NUM_ACTIONS, NUM_EXPOSURES
-from rl_zerosync.env_runner.episode_stats import NUM_STATS, EpisodeStatsTracker
+from rl_zerosync.env_runner.episode_tracker import NUM_STATS, EpisodeStatsTracker
 from rl_zerosync.env_runner.epsilon import DeviceEpsilonSchedule
 from rl_zerosync.env_runner.packed import Column, PackedColumns
 from rl_zerosync.envs.protocol import BatchedEnv

@@ -9,7 +9,7 @@ from rl_zerosync.envs.cartpole import BatchedCartPole
 from rl_zerosync.envs.config import make_market
 from rl_zerosync.envs.core import EnvState, EnvTables, env_step, init_state, make_tables, observe, reset_state
 from rl_zerosync.envs.episode_stats import metrics_names, summarize_metrics
-from rl_zerosync.envs.evaluate import EvalResult, evaluate_policy
+from rl_zerosync.envs.backtest import EvalResult, evaluate_policy
 from rl_zerosync.envs.gym_twin import (
     ENV_ID, ENV_ID_IMPORTABLE, TORCH_ENV_ID, TORCH_ENV_ID_IMPORTABLE, TradingGymEnv, register,
 )

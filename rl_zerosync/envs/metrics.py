@@ -26,7 +26,7 @@ metric                        formula
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -116,10 +116,3 @@ def mean_metrics(per_asset: Sequence[Mapping[str, float]]) -> dict[str, float]:
     if not per_asset:
         return {}
     return {k: float(np.mean([m[k] for m in per_asset])) for k in per_asset[0]}
-
-
-def evaluate_policy(policy_fn: Callable[..., Any], data: Any, params: Any, **kwargs: Any) -> Any:
-    """Walk every asset's whole segment with ``policy_fn``; see :func:`rl_zerosync.envs.evaluate.evaluate_policy`."""
-    from rl_zerosync.envs.evaluate import evaluate_policy as _evaluate
-
-    return _evaluate(policy_fn, data, params, **kwargs)

@@ -23,7 +23,7 @@ when the zerosync ``weight_decay`` setting is > 0); the global
 norm clip also runs when the loss was clipped (the clipped loss drives the gradient); a
 non-finite step is skipped instead of stepping with zeroed gradients; no per-update metrics
 (``qf_loss``, ``qf_mean``, ...) but the per-iteration guard metrics of
-:mod:`rl_zerosync.learner.guard`; in ``train()`` the target network is updated every
+:mod:`rl_zerosync.learner.training_guard`; in ``train()`` the target network is updated every
 ``target_network_update_freq`` *updates* (drop-in ``update()`` keeps RLlib's env-step meaning);
 distributional DQN (``num_atoms > 1``) and multi-module setups are not supported.
 
@@ -49,11 +49,11 @@ from ray.rllib.utils.typing import ModuleID, StateDict
 
 from rl_zerosync.kernels import get_kernels
 from rl_zerosync.learner.graph import GraphedUpdate
-from rl_zerosync.learner.guard import TrainingGuard
+from rl_zerosync.learner.learner_settings import LearnerSettings
 from rl_zerosync.learner.loss import td_loss
 from rl_zerosync.learner.replay import WEIGHTS, DeviceReplayBuffer, ReplaySample
-from rl_zerosync.learner.settings import LearnerSettings
 from rl_zerosync.learner.targets import TargetUpdater
+from rl_zerosync.learner.training_guard import TrainingGuard
 
 __all__ = ["ZeroSyncDQNTorchLearner", "COMPONENT_ZEROSYNC"]
 
@@ -232,9 +232,9 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
                 self._target_updates += 1
 
     def collect_metrics(self) -> Dict[str, float]:
-        """The one readback per iteration; may raise :class:`~rl_zerosync.learner.guard.TrainingHalted`.
+        """The one readback per iteration; may raise :class:`~rl_zerosync.learner.training_guard.TrainingHalted`.
 
-        Returns the guard metrics of :mod:`rl_zerosync.learner.guard` plus ``target_updates``
+        Returns the guard metrics of :mod:`rl_zerosync.learner.training_guard` plus ``target_updates``
         (target-network updates issued by ``train()`` so far) as Python floats, and logs them to
         ``self.metrics`` under ``(module_id, "zerosync", name)`` (window 1).
         """

@@ -44,9 +44,9 @@ from ray.rllib.core.columns import Columns
 from rl_zerosync.kernels.rng import MASK32, STREAM_USER_BASE, combine, hash32, seed_key
 from rl_zerosync.learner.nstep import nstep_transitions
 
-__all__ = ["DeviceReplayBuffer", "ReplaySample", "ROLLOUT_KEYS", "DISCOUNTS", "WEIGHTS"]
+__all__ = ["DeviceReplayBuffer", "ReplaySample", "REPLAY_COLUMNS", "DISCOUNTS", "WEIGHTS"]
 
-ROLLOUT_KEYS = ("obs", "next_obs", "actions", "rewards", "terminateds", "truncateds")
+REPLAY_COLUMNS = ("obs", "next_obs", "actions", "rewards", "terminateds", "truncateds")
 DISCOUNTS = "discounts"
 WEIGHTS = "weights"
 STREAM_SAMPLE = STREAM_USER_BASE + 32
@@ -241,11 +241,11 @@ class DeviceReplayBuffer:
     def _validate(self, rollout: Mapping[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
         if not isinstance(rollout, Mapping):
             raise ValueError(f"rollout must be a dict of tensors, got {type(rollout).__name__}")
-        missing = [k for k in ROLLOUT_KEYS if k not in rollout]
+        missing = [k for k in REPLAY_COLUMNS if k not in rollout]
         if missing:
-            raise ValueError(f"rollout is missing column(s) {missing}; expected {list(ROLLOUT_KEYS)}")
+            raise ValueError(f"rollout is missing column(s) {missing}; expected {list(REPLAY_COLUMNS)}")
         cols = {}
-        for k in ROLLOUT_KEYS:
+        for k in REPLAY_COLUMNS:
             t = rollout[k]
             if not isinstance(t, torch.Tensor):
                 raise ValueError(f"rollout[{k!r}] must be a torch.Tensor, got {type(t).__name__}")

@@ -50,7 +50,7 @@ import torch
 
 from rl_zerosync.kernels import AsyncReadback, Kernels, qstats_scratch_numel
 from rl_zerosync.kernels.validate import GUARD_CHECKS, GUARD_RECORD_FIELDS
-from rl_zerosync.learner.settings import LearnerSettings
+from rl_zerosync.learner.learner_settings import LearnerSettings
 
 __all__ = ["CHECKS", "TrainingGuard", "TrainingHalted", "METRIC_NAMES", "combine_ranks"]
 

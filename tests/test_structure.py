@@ -1,0 +1,225 @@
+"""Package layout rules (CPU; the package is not imported, its source is read with ``ast``).
+
+* No import cycles between ``rl_zerosync`` modules through module-level imports (those that run when
+  a module is imported).
+* Cycles that close only through imports inside functions (lazy imports) are reported by a separate
+  test, which fails on any such cycle not listed in :data:`KNOWN_LAZY_CYCLES`.
+* One name per room: no two modules under ``rl_zerosync/`` share a file name (``__init__.py`` aside),
+  so a file name alone says which module is meant.
+
+Edges of the graph: ``import rl_zerosync.a.b`` and ``from rl_zerosync.a import b`` (``b`` a submodule)
+point at ``rl_zerosync.a.b``; ``from rl_zerosync.a import name`` (``name`` not a submodule) points at the
+package ``rl_zerosync.a`` (its ``__init__``); relative imports are resolved against the importing
+module. Importing a submodule also runs its parent packages' ``__init__`` once, but a package importing
+its own submodules is the ordinary layout and works while the package is half initialised, so those
+implicit parent edges are not drawn. Imports under ``if TYPE_CHECKING:`` never run and are skipped.
+"""
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+from typing import Dict, FrozenSet, Iterator, List, Optional, Set
+
+PACKAGE = "rl_zerosync"
+ROOT = Path(__file__).resolve().parents[1] / PACKAGE
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> Dict[str, Path]:
+    return {_module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(tree: ast.AST, lazy: bool) -> Iterator[ast.stmt]:
+    """Import statements run on import of the module (class bodies included); with ``lazy`` also those
+    inside functions."""
+    def visit(node: ast.AST, in_function: bool) -> Iterator[ast.stmt]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                if lazy or not in_function:
+                    yield child
+            elif isinstance(child, ast.If) and _is_type_checking(child.test):
+                yield from visit(ast.Module(body=child.orelse, type_ignores=[]), in_function)
+            else:
+                inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+                yield from visit(child, inner)
+
+    yield from visit(tree, False)
+
+
+def _targets(module: str, is_package: bool, node: ast.stmt, modules: Dict[str, Path]) -> Set[str]:
+    out: Set[str] = set()
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            if alias.name == PACKAGE or alias.name.startswith(PACKAGE + "."):
+                out.add(alias.name)
+        return out
+    assert isinstance(node, ast.ImportFrom)
+    if node.level:
+        base = module.split(".") if is_package else module.split(".")[:-1]
+        base = base[: len(base) - (node.level - 1)]
+        source = ".".join(base + ([node.module] if node.module else []))
+    else:
+        source = node.module or ""
+    if not (source == PACKAGE or source.startswith(PACKAGE + ".")):
+        return out
+    for alias in node.names:
+        sub = f"{source}.{alias.name}"
+        out.add(sub if sub in modules else source)
+    return out
+
+
+def import_graph(lazy: bool = False) -> Dict[str, Set[str]]:
+    modules = _modules()
+    graph: Dict[str, Set[str]] = defaultdict(set)
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        graph[name]
+        for node in _imports(tree, lazy):
+            for target in _targets(name, path.name == "__init__.py", node, modules):
+                if target in modules and target != name:
+                    graph[name].add(target)
+    return dict(graph)
+
+
+def strongly_connected_components(graph: Dict[str, Set[str]]) -> List[List[str]]:
+    """The strongly connected components of more than one module (each a sorted list of modules)."""
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    on_stack: Set[str] = set()
+    components: List[List[str]] = []
+    counter = [0]
+
+    def strongconnect(v: str) -> None:  # Tarjan
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                strongconnect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            strongconnect(v)
+    return sorted(components)
+
+
+def find_cycles(graph: Dict[str, Set[str]]) -> List[List[str]]:
+    """One concrete cycle per strongly connected component of more than one module."""
+    return [_one_cycle(graph, set(c)) for c in strongly_connected_components(graph)]
+
+
+def _one_cycle(graph: Dict[str, Set[str]], component: Set[str]) -> List[str]:
+    start = min(component)
+    # Breadth-first from start back to start inside the component: the shortest cycle through it.
+    previous: Dict[str, Optional[str]] = {start: None}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for v in frontier:
+            for w in sorted(graph.get(v, ())):
+                if w == start:
+                    path = [v]
+                    while previous[path[-1]] is not None:
+                        path.append(previous[path[-1]])
+                    return list(reversed(path)) + [start]
+                if w in component and w not in previous:
+                    previous[w] = v
+                    nxt.append(w)
+        frontier = nxt
+    return sorted(component)
+
+
+def _report(cycles: List[List[str]]) -> str:
+    return "import cycles:\n" + "\n".join("  " + " -> ".join(c) for c in cycles)
+
+
+# Cycles that close only through lazy (function-level) imports and that moving imports alone cannot
+# remove (it would take moving functions between modules). Each entry is the set of modules of one
+# strongly connected component of the graph with lazy imports, and why the circle is there.
+KNOWN_LAZY_CYCLES: Dict[FrozenSet[str], str] = {
+    frozenset({"rl_zerosync.envs.config", "rl_zerosync.envs.fresh"}):
+        "config.check_data_keys validates data.regenerate_every with fresh.regenerate_every; "
+        "fresh.build_training_market builds each fresh series with config.make_market",
+    frozenset({"rl_zerosync.envs.protocol", "rl_zerosync.envs.batched", "rl_zerosync.envs.cartpole"}):
+        "the batched-env registry in protocol registers the built-in envs (BatchedTradingEnv, "
+        "BatchedCartPole) on first use; both subclass protocol.BatchedEnv",
+}
+
+
+def test_graph_sees_the_package():
+    graph = import_graph()
+    assert "rl_zerosync.envs" in graph and "rl_zerosync.learner.replay" in graph
+    assert "rl_zerosync.kernels.api" in graph["rl_zerosync.kernels.backend"]
+    # ``from rl_zerosync.kernels import rng`` is an edge to the submodule, not to the package.
+    assert "rl_zerosync.kernels.rng" in graph["rl_zerosync.kernels.reference"]
+
+
+def test_cycle_finder_finds_a_planted_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert find_cycles(graph) == [["a", "b", "c", "a"]]
+    assert find_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_relative_imports_resolve():
+    modules = {"rl_zerosync.x": Path("x"), "rl_zerosync.x.y": Path("y"), "rl_zerosync.x.z": Path("z")}
+    node = ast.parse("from .y import f").body[0]
+    assert _targets("rl_zerosync.x.z", False, node, modules) == {"rl_zerosync.x.y"}
+    node = ast.parse("from . import y").body[0]
+    assert _targets("rl_zerosync.x", True, node, modules) == {"rl_zerosync.x.y"}
+    node = ast.parse("from .. import x").body[0]
+    assert _targets("rl_zerosync.x.z", False, node, modules) == {"rl_zerosync.x"}
+
+
+def test_no_module_level_import_cycles():
+    cycles = find_cycles(import_graph(lazy=False))
+    assert not cycles, _report(cycles)
+
+
+def test_import_cycles_counting_lazy_imports():
+    """Imports inside functions count too: a lazy import that closes a circle only hides it.
+
+    Fails on a cycle not in :data:`KNOWN_LAZY_CYCLES` (or a known one that grew), and on a listed one
+    that is gone, so that the list stays true; the message prints one concrete cycle of each."""
+    graph = import_graph(lazy=True)
+    components = {frozenset(c): c for c in strongly_connected_components(graph)}
+    new = [c for key, c in components.items() if key not in KNOWN_LAZY_CYCLES]
+    gone = [sorted(key) for key in KNOWN_LAZY_CYCLES if key not in components]
+    assert not new, "new " + _report([_one_cycle(graph, set(c)) for c in new])
+    assert not gone, f"listed in KNOWN_LAZY_CYCLES but no longer a cycle (remove them from the list): {gone}"
+
+
+def test_no_two_modules_share_a_file_name():
+    seen: Dict[str, List[str]] = defaultdict(list)
+    for path in sorted(ROOT.rglob("*.py")):
+        if path.name != "__init__.py":
+            seen[path.name].append(str(path.relative_to(ROOT.parent)))
+    shared = {name: paths for name, paths in seen.items() if len(paths) > 1}
+    assert not shared, "file names used more than once: " + "; ".join(
+        f"{name}: {', '.join(paths)}" for name, paths in sorted(shared.items()))
