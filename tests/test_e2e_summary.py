@@ -2,17 +2,11 @@
 so a ratio is reported only when it means something. CPU only, no Ray."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[1]
+from bench_module import bench_module
 
 
 def _e2e():
-    spec = importlib.util.spec_from_file_location("bench_e2e", REPO / "benchmarks" / "e2e.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_module("e2e")
 
 
 def _runs(times, budget):

@@ -138,6 +138,11 @@ def test_data_file_with_set_columns_and_periods_per_year(run, capsys):
     assert report["data"]["columns"] == {"timestamp": "When", "close": "Last", "high": "H", "low": "L"}
     seg = report["segments"]["all"]
     assert seg["periods_per_year"] == 12.0 and report["summary"]["periods_per_year"] == 12.0
+    # how the file was read is saved: the explicit periods_per_year and the spread source with its median
+    info = seg["data_info"]
+    assert info["periods_per_year"] == 12.0 and info["periods_per_year_source"] == "data.periods_per_year"
+    assert set(info["spread_source"].values()) == {"corwin_schultz"} and all(
+        v > 0 for v in info["median_spread_bps"].values())
     bars = pd.read_csv(out / "bars_all.csv", parse_dates=["timestamp"])
     _check_bars(bars, seg)
     assert bars["bar"].iloc[0] == 32  # the file's row, after the features' warm-up

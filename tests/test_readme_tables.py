@@ -6,23 +6,16 @@ Each table ``tables.py`` prints (a block of lines starting with ``|``) must appe
 """
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
 import pytest
+from bench_module import bench_module
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _tables_module():
-    spec = importlib.util.spec_from_file_location("bench_tables", REPO / "benchmarks" / "tables.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-tables = _tables_module()
+tables = bench_module("tables")
 
 
 def _results_section() -> str:
