@@ -35,7 +35,7 @@ from typing import Optional
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import hardware, versions, write_json  # noqa: E402
+from common import hardware, timed_train, versions, write_json  # noqa: E402
 
 TARGET = 475.0
 OURS = dict(lr=1e-3, gamma=0.99, n_step=3, train_batch_size_per_learner=256, replay_ratio=2.0,
@@ -141,11 +141,8 @@ def _train_to_target(name: str, algo, budget_s: float) -> dict:
     best = float("-inf")
     try:
         while train_s < budget_s:
-            _sync()
-            t0 = time.perf_counter()
-            result = algo.train()
-            _sync()
-            train_s += time.perf_counter() - t0
+            result, seconds = timed_train(algo)
+            train_s += seconds
             it += 1
             er = result.get("env_runners", {})
             ret = er.get("episode_return_mean")

@@ -81,3 +81,19 @@ def time_host_seconds(fn: Callable[[], None], *, calls: int, repeats: int, warmu
             fn()
         samples.append((time.perf_counter() - t0) / calls)
     return statistics.median(samples)
+
+
+def timed_train(algo) -> tuple[dict, float]:
+    """One ``algo.train()`` and its wall seconds, with the GPU synchronized before and after (so the
+    clock covers the iteration's device work)."""
+    import time
+
+    def sync() -> None:
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+
+    sync()
+    t0 = time.perf_counter()
+    result = algo.train()
+    sync()
+    return result, time.perf_counter() - t0

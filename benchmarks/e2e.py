@@ -47,6 +47,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -54,6 +55,8 @@ from typing import Optional
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import timed_train  # noqa: E402
 from rl_zerosync.evaluate import greedy_policy  # noqa: E402  (the CLI's greedy policy)
 
 FORMAT = 2  # e2e.json layout: 2 = seeds + tuned stock (benchmarks/tables.py reads both)
@@ -118,11 +121,8 @@ def _train_loop(name, algo, settings, *, budget_s, max_iters, updates_of, eval_e
     curve, train_time, next_eval, it = [], 0.0, float(eval_every_env_steps), 0
     env_steps = updates = 0.0
     while train_time < budget_s and it < max_iters:
-        _sync()
-        t0 = time.perf_counter()
-        result = algo.train()
-        _sync()
-        train_time += time.perf_counter() - t0
+        result, seconds = timed_train(algo)
+        train_time += seconds
         it += 1
         env_steps = _lifetime_env_steps(result)
         updates = updates_of(result, updates)

@@ -14,7 +14,7 @@ from ray.rllib.algorithms.dqn import DQNConfig
 from rl_zerosync.learner import LearnerSettings, TrainingHalted, ZeroSyncDQNTorchLearner
 from rl_zerosync.module import make_module_spec
 
-OBS_DIM = 5
+from learner_helpers import OBS_DIM, rollout, snapshot  # noqa: E402
 
 
 def build_learner(*, mode: str = "flat", batch: int = 8, grad_clip=40.0, **zs) -> ZeroSyncDQNTorchLearner:
@@ -29,26 +29,6 @@ def build_learner(*, mode: str = "flat", batch: int = 8, grad_clip=40.0, **zs) -
     )
     spaces = {"default_policy": (gym.spaces.Box(-1.0, 1.0, (OBS_DIM,), np.float32), gym.spaces.Discrete(n))}
     return cfg.build_learner(spaces=spaces)
-
-
-def rollout(t_len=6, n_envs=4, *, reward=None, seed=0, n_actions=45):
-    g = torch.Generator().manual_seed(seed)
-    rewards = torch.randn(t_len, n_envs, generator=g) if reward is None else torch.full((t_len, n_envs), reward)
-    return {
-        "obs": torch.randn(t_len, n_envs, OBS_DIM, generator=g),
-        "next_obs": torch.randn(t_len, n_envs, OBS_DIM, generator=g),
-        "actions": torch.randint(0, n_actions, (t_len, n_envs), generator=g),
-        "factored_actions": torch.randint(0, 45, (t_len, n_envs), generator=g),
-        "rewards": rewards,
-        "terminateds": torch.zeros(t_len, n_envs, dtype=torch.bool),
-        "truncateds": torch.zeros(t_len, n_envs, dtype=torch.bool),
-    }
-
-
-def snapshot(learner):
-    params = [p.detach().clone() for p in learner._params]
-    opt = copy.deepcopy(learner._optimizer.state_dict()["state"])
-    return params, opt
 
 
 def assert_bit_identical(before, after):

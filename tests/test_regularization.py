@@ -29,7 +29,7 @@ from rl_zerosync.module import (
 )
 from rl_zerosync.settings import SettingsError, from_dict, to_rllib_config
 
-OBS_DIM = 5
+from learner_helpers import OBS_DIM, rollout, snapshot  # noqa: E402
 OBS = gym.spaces.Box(-1.0, 1.0, (OBS_DIM,), np.float32)
 LR = 1e-3
 
@@ -220,26 +220,6 @@ def build_learner(*, weight_decay: float = 0.0, mode: str = "flat", batch: int =
         .learners(learner_class=ZeroSyncDQNTorchLearner, learner_config_dict={"zerosync": zs})
     )
     return cfg.build_learner(spaces={"default_policy": (OBS, gym.spaces.Discrete(n))})
-
-
-def rollout(t_len=6, n_envs=4, *, reward=None, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    rewards = torch.randn(t_len, n_envs, generator=g) if reward is None else torch.full((t_len, n_envs), reward)
-    return {
-        "obs": torch.randn(t_len, n_envs, OBS_DIM, generator=g),
-        "next_obs": torch.randn(t_len, n_envs, OBS_DIM, generator=g),
-        "actions": torch.randint(0, 45, (t_len, n_envs), generator=g),
-        "factored_actions": torch.randint(0, 45, (t_len, n_envs), generator=g),
-        "rewards": rewards,
-        "terminateds": torch.zeros(t_len, n_envs, dtype=torch.bool),
-        "truncateds": torch.zeros(t_len, n_envs, dtype=torch.bool),
-    }
-
-
-def snapshot(learner):
-    params = [p.detach().clone() for p in learner._params]
-    state = copy.deepcopy(learner._optimizer.state_dict()["state"])
-    return params, state
 
 
 MOMENTS = ("step", "exp_avg", "exp_avg_sq")
