@@ -409,7 +409,7 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
             m.log_value(EPISODE_RETURN_MAX, stats["return_max"], reduce="max", window=win)
             m.log_value(EPISODE_LEN_MIN, stats["len_min"], reduce="min", window=win)
             m.log_value(EPISODE_LEN_MAX, stats["len_max"], reduce="max", window=win)
-        if self.env.metrics_vector() is None:
+        if not self._rollout.has_env_metrics:
             return
         named = self.env.summarize_metrics(host["env_metrics"].tolist())  # host read: pinned host copy
         group = TRADING_METRICS if self.is_trading else ENV_METRICS

@@ -82,8 +82,8 @@ class DeviceRollout:
         self.num_envs = n = env.num_envs
         self.num_steps = t = num_steps
         self.obs_dim = d = int(env.observation_space.shape[0])
-        self._routing = env.route_inputs() is not None
-        self._env_metrics = env.metrics_vector() is not None
+        self.has_routing = env.route_inputs() is not None  # the env's optional parts, read once
+        self.has_env_metrics = env.metrics_vector() is not None
         self.seed = int(seed)
         self.env_step_increment = int(env_step_increment or n)
         self.route_kwargs = dict(wide=wide, high_vol=high_vol, low_vol=low_vol)
@@ -91,7 +91,7 @@ class DeviceRollout:
         self.packed = PackedColumns(
             [
                 Column("stats", torch.float64, (NUM_STATS,)),
-                Column("env_metrics", torch.float64, (env.metrics_vector().numel() if self._env_metrics else 1,)),
+                Column("env_metrics", torch.float64, (env.metrics_vector().numel() if self.has_env_metrics else 1,)),
                 Column("epsilon", f32, (t,)),
                 Column("actions", i64, (t, n)),
                 Column("factored_actions", i64, (t, n)),
@@ -136,7 +136,7 @@ class DeviceRollout:
             k.bind_branching_select(*self._q, v["epsilon"][0:1], self.rng_step, v["factored_actions"][0],
                                     seed=self.seed)
         elif q_width is not None or self.action_mode == "flat":
-            if self.action_mode == "routed" and not self._routing:
+            if self.action_mode == "routed" and not self.has_routing:
                 raise ValueError(f"action_mode 'routed' needs an env with routing inputs (the trading env); "
                                  f"{type(self.env).__name__} has none: use action_mode 'flat'")
             if self.action_mode == "flat":
@@ -183,7 +183,7 @@ class DeviceRollout:
     def _step(self, t: int) -> None:
         """One env step ``t`` of the rollout, entirely on the device."""
         v, env = self.views, self.env
-        if self._routing:
+        if self.has_routing:
             for r, value in zip(ROUTING_KEYS, env.route_inputs()):
                 v[r][t].copy_(value)
         self._select(t)
@@ -205,7 +205,7 @@ class DeviceRollout:
             for t in range(self.num_steps):
                 self._step(t)
             self.stats.update(v["rewards"], v["terminateds"], v["truncateds"], v["stats"])
-            if self._env_metrics:
+            if self.has_env_metrics:
                 v["env_metrics"].copy_(self.env.metrics_vector())
                 self.env.reset_metrics()
 
