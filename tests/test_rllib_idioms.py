@@ -20,7 +20,6 @@ def ray_local():
 
 
 class CountSamples(RLlibCallback):
-    calls = 0
 
     def on_sample_end(self, *, env_runner, metrics_logger, samples, **kwargs):
         metrics_logger.log_value("sample_end_calls", 1, reduce="sum")
