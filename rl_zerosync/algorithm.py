@@ -294,6 +294,15 @@ class ZeroSyncDQN(DQN):
                 raise_root_cause(err, errors)
                 raise
 
+    @property
+    def local_learner(self):
+        """The learner living in this process (``num_learners`` 0), else None.
+
+        RLlib keeps it in the private ``LearnerGroup._learner``; this is the one place that reads it.
+        """
+        group = self.learner_group
+        return group._learner if group is not None and group.is_local else None
+
     # ---------------------------------------------------------------- helpers
     def _same_process_runner(self):
         """The local GPU env runner when it and the (only) learner live in this process, else None."""

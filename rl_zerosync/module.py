@@ -336,6 +336,11 @@ class ZeroSyncQModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAPI
     def get_target_network_pairs(self) -> List[Tuple[nn.Module, nn.Module]]:
         return [(self.q_net, self._target_q_net)]
 
+    @property
+    def target_q_net(self) -> nn.Module:
+        """The target copy of ``q_net`` (read-only view; RLlib's convention names it ``_target_q_net``)."""
+        return self._target_q_net
+
     @override(TargetNetworkAPI)
     def forward_target(self, batch: Dict[str, Any]) -> Dict[str, Any]:
         return {QF_PREDS: self._target_q_net(batch[Columns.OBS])}

@@ -140,6 +140,37 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
             super()._make_modules_ddp_if_necessary()
         torch.cuda.current_stream(self._device).wait_stream(self._capture_stream)
 
+    # ---- read-only views for tests, benchmarks and tools ------------------------------------------
+    @property
+    def params(self) -> Tuple[torch.nn.Parameter, ...]:
+        """The trained parameters, in the optimizer's order."""
+        return tuple(self._params)
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """The fused Adam/AdamW of the trained module (its ``found_inf`` is the guard's)."""
+        return self._optimizer
+
+    @property
+    def device(self) -> torch.device:
+        """The device this learner trains on (RLlib's ``Learner._device``)."""
+        return self._device
+
+    @property
+    def graph_captured(self) -> bool:
+        """Whether the update is captured in a CUDA graph and replayed."""
+        return self._graphed is not None and self._graphed.captured
+
+    @property
+    def updates(self) -> int:
+        """Updates issued so far (host counter; restored from checkpoints)."""
+        return self._updates
+
+    @property
+    def target_updates(self) -> int:
+        """Target-network updates issued so far (host counter; restored from checkpoints)."""
+        return self._target_updates
+
     # ---- optimizer ---------------------------------------------------------------------------
     @override(DQNTorchLearner)
     def configure_optimizers_for_module(self, module_id: ModuleID, config: Any = None) -> None:

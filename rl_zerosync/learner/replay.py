@@ -209,6 +209,11 @@ class DeviceReplayBuffer:
         self._staging_dev: Optional[torch.Tensor] = None
         self._staging_event: Optional[torch.cuda.Event] = None
 
+    @property
+    def packed(self) -> torch.Tensor:
+        """The packed rows ``int32[capacity, row_words]`` every column is a view of (read-only use)."""
+        return self._packed
+
     def __len__(self) -> int:
         return self.size
 
