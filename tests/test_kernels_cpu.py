@@ -1,6 +1,7 @@
 """Torch twins of the kernels against hand-computed values and independent references (CPU)."""
 from __future__ import annotations
 
+import inspect
 import math
 
 import numpy as np
@@ -10,21 +11,21 @@ import torch
 from rl_zerosync.actions import OrderType as O
 from rl_zerosync.actions import Urgency as U
 from rl_zerosync.kernels import (
+    KERNELS,
     AsyncReadback,
-    bind_branching_select,
-    bind_divergence,
-    bind_epsilon_greedy,
-    bind_guard_accumulate,
-    bind_guard_check,
-    bind_guard_record,
-    bind_qstats,
-    bind_route,
+    Kernels,
     get_kernels,
     qstats_scratch_numel,
     rng,
     set_default_backend,
 )
 from rl_zerosync.kernels import reference as ref
+from rl_zerosync.kernels.divergence import check_divergence
+from rl_zerosync.kernels.guard import check_guard_accumulate, check_guard_check, check_guard_record
+from rl_zerosync.kernels.layouts import ACCUM, CHECK, FLAGS, QAGG, QSTATS, RECORD, Layout
+from rl_zerosync.kernels.qstats import check_qstats
+from rl_zerosync.kernels.route import check_route
+from rl_zerosync.kernels.select import check_branching_select, check_epsilon_greedy
 
 NAN, INF = float("nan"), float("inf")
 K = get_kernels("cpu")
@@ -509,28 +510,28 @@ def _guard_bufs():
         (dict(loss=[1.0]), "loss must be a torch.Tensor"),
     ],
 )
-def test_bind_guard_check_errors(change, match):
+def test_check_guard_check_errors(change, match):
     bufs = {**_guard_bufs(), **change}
     with pytest.raises(ValueError, match=match):
-        bind_guard_check(**bufs, loss_clip=1.0, collapse_threshold=0.0)
+        check_guard_check(**bufs, loss_clip=1.0, collapse_threshold=0.0)
 
 
-def test_bind_option_errors():
+def test_check_option_errors():
     with pytest.raises(ValueError, match="loss_clip"):
-        bind_guard_check(**_guard_bufs(), loss_clip=0.0, collapse_threshold=0.0)
+        check_guard_check(**_guard_bufs(), loss_clip=0.0, collapse_threshold=0.0)
     with pytest.raises(ValueError, match="collapse_threshold"):
-        bind_guard_check(**_guard_bufs(), loss_clip=1.0, collapse_threshold=NAN)
+        check_guard_check(**_guard_bufs(), loss_clip=1.0, collapse_threshold=NAN)
     c, f = torch.zeros(1, dtype=torch.int32), torch.zeros(1, dtype=torch.int32)
     with pytest.raises(ValueError, match="patience"):
-        bind_divergence(torch.zeros(5), c, f, threshold=1.0, patience=0)
+        check_divergence(torch.zeros(5), c, f, threshold=1.0, patience=0)
     with pytest.raises(ValueError, match="threshold"):
-        bind_divergence(torch.zeros(5), c, f, threshold=INF, patience=1)
+        check_divergence(torch.zeros(5), c, f, threshold=INF, patience=1)
     with pytest.raises(ValueError, match="counter must have dtype torch.int32"):
-        bind_divergence(torch.zeros(5), torch.zeros(1), f, threshold=1.0, patience=1)
+        check_divergence(torch.zeros(5), torch.zeros(1), f, threshold=1.0, patience=1)
     with pytest.raises(ValueError, match="accum must have dtype torch.float64"):
-        bind_guard_accumulate(torch.zeros(1), torch.zeros(1), torch.zeros(3, dtype=torch.int32), torch.zeros(6))
+        check_guard_accumulate(torch.zeros(1), torch.zeros(1), torch.zeros(3, dtype=torch.int32), torch.zeros(6))
     with pytest.raises(ValueError, match="wide"):
-        bind_route(*_route_bufs(3), wide=NAN)
+        check_route(*_route_bufs(3), wide=NAN)
 
 
 def _guard_record_bufs():
@@ -552,10 +553,10 @@ def _guard_record_bufs():
         (dict(accum=[0.0] * 6), "accum must be a torch.Tensor"),
     ],
 )
-def test_bind_guard_record_errors(change, match):
+def test_check_guard_record_errors(change, match):
     bufs = {**_guard_record_bufs(), **change}
     with pytest.raises(ValueError, match=match):
-        bind_guard_record(**bufs)
+        check_guard_record(**bufs)
 
 
 def test_bind_guard_record_returns_working_launcher():
@@ -569,39 +570,39 @@ def test_bind_guard_record_returns_working_launcher():
     assert bufs["update_index"].tolist() == [6.0]
 
 
-def test_bind_qstats_errors():
+def test_check_qstats_errors():
     q = torch.zeros(300, 5)
     with pytest.raises(ValueError, match="scratch must have at least"):
-        bind_qstats(q, torch.zeros(5), torch.zeros(5))
+        check_qstats(q, torch.zeros(5), torch.zeros(5))
     with pytest.raises(ValueError, match="q must have at least one row"):
-        bind_qstats(torch.zeros(0, 5), torch.zeros(5), torch.zeros(5))
+        check_qstats(torch.zeros(0, 5), torch.zeros(5), torch.zeros(5))
     with pytest.raises(ValueError, match="q must be contiguous"):
-        bind_qstats(torch.zeros(5, 300).t(), torch.zeros(5), torch.zeros(10))
+        check_qstats(torch.zeros(5, 300).t(), torch.zeros(5), torch.zeros(10))
     with pytest.raises(ValueError, match=r"out must have shape \[5\]"):
-        bind_qstats(q, torch.zeros(4), torch.zeros(10))
-    bind_qstats(q, torch.zeros(5), torch.zeros(qstats_scratch_numel(300)))
+        check_qstats(q, torch.zeros(4), torch.zeros(10))
+    check_qstats(q, torch.zeros(5), torch.zeros(qstats_scratch_numel(300)))
 
 
 def _select_bufs(n, a=5):
     return torch.zeros(n, a), torch.zeros(1), torch.zeros(1, dtype=torch.int64), torch.zeros(n, dtype=torch.int64)
 
 
-def test_bind_select_errors():
+def test_check_select_errors():
     q, eps, step, act = _select_bufs(7)
     with pytest.raises(ValueError, match="step must have dtype torch.int64"):
-        bind_epsilon_greedy(q, eps, torch.zeros(1, dtype=torch.int32), act, seed=0)
+        check_epsilon_greedy(q, eps, torch.zeros(1, dtype=torch.int32), act, seed=0)
     with pytest.raises(ValueError, match=r"actions must have shape \[7\]"):
-        bind_epsilon_greedy(q, eps, step, torch.zeros(8, dtype=torch.int64), seed=0)
+        check_epsilon_greedy(q, eps, step, torch.zeros(8, dtype=torch.int64), seed=0)
     with pytest.raises(ValueError, match="seed"):
-        bind_epsilon_greedy(q, eps, step, act, seed=-5)
+        check_epsilon_greedy(q, eps, step, act, seed=-5)
     with pytest.raises(ValueError, match="epsilon must have shape"):
-        bind_epsilon_greedy(q, torch.zeros(()), step, act, seed=0)
+        check_epsilon_greedy(q, torch.zeros(()), step, act, seed=0)
     with pytest.raises(ValueError, match="action column"):
-        bind_epsilon_greedy(torch.zeros(7, 0), eps, step, act, seed=0)
+        check_epsilon_greedy(torch.zeros(7, 0), eps, step, act, seed=0)
     with pytest.raises(ValueError, match=r"q_order must have shape \[7, 3\]"):
-        bind_branching_select(torch.zeros(7, 5), torch.zeros(7, 4), torch.zeros(7, 3), eps, step, act, seed=0)
+        check_branching_select(torch.zeros(7, 5), torch.zeros(7, 4), torch.zeros(7, 3), eps, step, act, seed=0)
     with pytest.raises(ValueError, match=r"q_exposure must have shape \[\*, 5\]"):
-        bind_branching_select(torch.zeros(7, 45), torch.zeros(7, 3), torch.zeros(7, 3), eps, step, act, seed=0)
+        check_branching_select(torch.zeros(7, 45), torch.zeros(7, 3), torch.zeros(7, 3), eps, step, act, seed=0)
 
 
 def _route_bufs(n):
@@ -609,14 +610,14 @@ def _route_bufs(n):
     return torch.zeros(n, dtype=torch.int64), f(), f(), f(), f(), torch.zeros(n, dtype=torch.int64)
 
 
-def test_bind_route_errors():
+def test_check_route_errors():
     e, s, ms, v, mv, a = _route_bufs(4)
     with pytest.raises(ValueError, match="exposure must have dtype torch.int64"):
-        bind_route(e.int(), s, ms, v, mv, a)
+        check_route(e.int(), s, ms, v, mv, a)
     with pytest.raises(ValueError, match=r"median_vol must have shape \[4\]"):
-        bind_route(e, s, ms, v, torch.ones(5), a)
+        check_route(e, s, ms, v, torch.ones(5), a)
     with pytest.raises(ValueError, match="spread must have dtype torch.float32"):
-        bind_route(e, s.double(), ms, v, mv, a)
+        check_route(e, s.double(), ms, v, mv, a)
 
 
 def test_kernels_bind_returns_working_launcher():
@@ -634,6 +635,83 @@ def test_kernels_bind_returns_working_launcher():
     meta = get_kernels("meta", backend="torch")
     with pytest.raises(ValueError, match="these kernels are for meta"):
         meta.bind_epsilon_greedy(q, eps, step, act, seed=0)
+
+
+# ----------------------------------------------------------------------------- kernel table
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_table_row_has_one_signature(name):
+    """Launch (after its device index), twin and check of a kernel take the same arguments."""
+    spec = KERNELS[name]
+    twin = inspect.signature(spec.twin)
+    launch = list(inspect.signature(spec.launch).parameters.values())
+    assert launch[0].name == "device_index"
+    assert [str(p) for p in launch[1:]] == [str(p) for p in twin.parameters.values()]
+    assert inspect.signature(spec.check).parameters == twin.parameters
+    wrapper = inspect.getmodule(spec.launch)  # check and source live beside the launch
+    assert inspect.getmodule(spec.check) is wrapper and spec.source is wrapper.SOURCE
+    assert inspect.getmodule(spec.twin) is ref
+    assert any(k.startswith(f"zs_{name}") for k in spec.source.kernels)
+
+
+def test_kernels_methods_come_from_the_table():
+    assert get_kernels("cpu").backend == "torch"
+    for name, spec in KERNELS.items():
+        assert getattr(K, name) is spec.twin
+        assert callable(getattr(K, f"bind_{name}"))
+    cuda = Kernels("cuda:3", backend="cuda")  # built without touching a GPU
+    for name, spec in KERNELS.items():
+        run = getattr(cuda, name)
+        assert (run.func, run.args) == (spec.launch, (3,))
+    with pytest.raises(ValueError, match="indexed CUDA device"):
+        Kernels("cpu", backend="cuda")
+    with pytest.raises(ValueError, match="backend must be one of"):
+        Kernels("cpu", backend="auto")
+    K.warmup()  # nothing to compile for the twins
+
+
+# ----------------------------------------------------------------------------- layouts
+def test_layout_offsets_spans_and_reads():
+    lay = Layout("ZS_T", ("a", ("b", 3), "c"))
+    assert (lay.size, lay.names) == (5, ("a", "b", "c"))
+    assert [lay.offset(n) for n in lay.names] == [0, 1, 4]
+    assert lay.span("b") == slice(1, 4) and lay.span("c", "b") == slice(1, 5)
+    assert lay.ordered({"c": "C", "a": "A", "b": "B"}) == ["A", "B", "C"]
+    assert lay.split([10, 11, 12, 13, 14]) == {"a": 10, "b": [11, 12, 13], "c": 14}
+    assert lay.defines() == {"ZS_T_A": 0, "ZS_T_B": 1, "ZS_T_C": 4, "ZS_T_SIZE": 5}
+    with pytest.raises(ValueError, match="not adjacent"):
+        lay.span("a", "c")
+    with pytest.raises(ValueError, match="not adjacent"):
+        lay.ordered({"a": 1, "c": 2})
+    with pytest.raises(KeyError, match="no field 'd'"):
+        lay.offset("d")
+    with pytest.raises(ValueError, match="expected 5 values"):
+        lay.split([1, 2])
+    for bad in (("a", "a"), ("size",), ("a b",), (("a", 0),)):
+        with pytest.raises(ValueError, match="bad or repeated field"):
+            Layout("ZS_T", bad)
+
+
+def test_twins_write_the_named_fields():
+    """The twins address the shared buffers by name: one clipped, collapsed update, read back by name."""
+    flags, cl, ls, fi = torch.zeros(FLAGS.size, dtype=torch.int32), torch.zeros(1), torch.zeros(1), torch.zeros(1)
+    K.guard_check(torch.tensor([40.0]), torch.tensor([0.0]), 1.0, flags, cl, ls, fi, loss_clip=10.0,
+                  collapse_threshold=1e-3)
+    assert FLAGS.split(flags.tolist()) == {"nonfinite": 0, "loss_clipped": 1, "grad_collapse": 1}
+    q = torch.tensor([[1.0, 3.0, 2.0], [4.0, -1.0, 0.0]])
+    out = torch.zeros(QSTATS.size)
+    K.qstats(q, out, torch.zeros(qstats_scratch_numel(2)))
+    assert QSTATS.split(out.tolist()) == {"min": 3.0, "max": 4.0, "mean": 3.5, "all_mean": 1.5, "nan_flag": 0.0}
+    st = _record_bufs()
+    K.guard_record(cl, torch.tensor([40.0]), torch.tensor([0.0]), flags, out, torch.ones(1, dtype=torch.int32),
+                   st["accum"], st["qagg"], st["records"], st["update_index"])
+    assert ACCUM.split(st["accum"].tolist()) == {"loss_sum": 10.0, "grad_norm_sum": 0.0, "updates": 1.0,
+                                                 "nonfinite": 0.0, "clipped": 1.0, "collapse": 1.0}
+    assert QAGG.split(st["qagg"].tolist()) == {"min": 3.0, "max": 4.0, "mean_sum": 3.5, "all_mean_sum": 1.5,
+                                               "count": 1.0}
+    want = {"seen": 1.0, "update_index": 4.0, "loss": 40.0, "grad_norm": 0.0, "q_min": 3.0, "q_max": 4.0}
+    for check in ("grad_collapse", "divergence"):
+        assert RECORD.split(st["records"][CHECK.offset(check)].tolist()) == want
+    assert RECORD.split(st["records"][CHECK.offset("nonfinite")].tolist())["seen"] == 0.0
 
 
 # ----------------------------------------------------------------------------- backend switch

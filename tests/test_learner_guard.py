@@ -11,6 +11,7 @@ import torch
 
 from ray.rllib.algorithms.dqn import DQNConfig
 
+from rl_zerosync.kernels.layouts import QAGG
 from rl_zerosync.learner import LearnerSettings, TrainingHalted, ZeroSyncDQNTorchLearner
 from rl_zerosync.module import make_module_spec
 
@@ -75,7 +76,7 @@ def test_loss_spike_is_clipped_and_counted():
     ro = rollout(1, 1, reward=1e4)
     learner.replay.add(ro)
     module = learner.module["default_policy"]
-    net, tgt = copy.deepcopy(module.q_net), copy.deepcopy(module._target_q_net)
+    net, tgt = copy.deepcopy(module.q_net), copy.deepcopy(module.target_q_net)
     a = int(ro["actions"][0, 0])
     q = net(ro["obs"][0])[0, a]
     with torch.no_grad():
@@ -179,7 +180,8 @@ def test_record_takes_q_of_a_bound_shape_without_a_copy():
     q[3, 7] = 50.0
     before = guard.qagg.clone()
     guard.record(q)  # stats of this Q (not of a stale static copy) reach the aggregate
-    assert float(guard.qagg[1]) == 50.0 and float(guard.qagg[4]) == float(before[4]) + 1.0
+    max_, count = QAGG.offset("max"), QAGG.offset("count")
+    assert float(guard.qagg[max_]) == 50.0 and float(guard.qagg[count]) == float(before[count]) + 1.0
     with pytest.raises(ValueError, match="bound with bind_q"):
         guard.record(torch.randn(7, 45))
     with pytest.raises(ValueError, match="contiguous float32"):

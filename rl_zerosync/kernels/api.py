@@ -1,157 +1,107 @@
-"""The kernel interface shared by the CUDA backend and the torch twins.
+"""The kernel table and the one ``Kernels`` object built from it, for both backends.
 
-Every method writes into caller-owned output tensors, returns nothing, allocates nothing on the
-CUDA backend and never reads device memory back to the host. Methods do not validate their
-arguments: validate once with the matching ``bind_*`` method, which returns a zero-argument
-launcher for the bound buffers.
+:data:`KERNELS` maps each kernel name to a :class:`KernelSpec`: its CUDA launch (the wrapper module
+beside its ``.cu``), its torch twin (``reference.py``), its bind-time check (beside the launch) and
+its CUDA source. Adding or changing a kernel touches its ``.cu``, its wrapper, its twin, its tests
+and one row here.
+
+A :class:`Kernels` object gets one method per table row, with that kernel's signature (e.g.
+``k.qstats(q, out, scratch)``): the twin on the "torch" backend, the launch on the "cuda" backend.
+Methods write into caller-owned outputs, return nothing, allocate nothing on the CUDA backend and
+never read device memory back to the host. They do not validate their arguments: validate once with
+``k.bind_<name>(...)`` (same arguments), which returns a zero-argument launcher for the buffers.
 """
 from __future__ import annotations
 
 import functools
-from typing import Callable, Union
+from dataclasses import dataclass
+from typing import Callable, Dict, Union
 
 import torch
 
-from rl_zerosync.kernels import validate
+from rl_zerosync.kernels import divergence, guard, qstats, reference, route, select
+from rl_zerosync.kernels.compile import CudaSource, load_module
 
 Launcher = Callable[[], None]
 
 
+@dataclass(frozen=True)
+class KernelSpec:
+    """One kernel of the table.
+
+    Attributes:
+        launch: The CUDA launch, ``launch(device_index, *args, **kwargs)``.
+        twin: The torch twin, ``twin(*args, **kwargs)`` (the same arguments).
+        check: The bind-time check, ``check(*args, **kwargs)``; raises ValueError naming the argument.
+        source: The CUDA source the launch compiles.
+    """
+
+    launch: Callable[..., None]
+    twin: Callable[..., None]
+    check: Callable[..., None]
+    source: CudaSource
+
+
+KERNELS: Dict[str, KernelSpec] = {
+    "guard_check": KernelSpec(guard.guard_check, reference.guard_check, guard.check_guard_check, guard.SOURCE),
+    "guard_accumulate": KernelSpec(guard.guard_accumulate, reference.guard_accumulate, guard.check_guard_accumulate,
+                                   guard.SOURCE),
+    "guard_record": KernelSpec(guard.guard_record, reference.guard_record, guard.check_guard_record, guard.SOURCE),
+    "qstats": KernelSpec(qstats.qstats, reference.qstats, qstats.check_qstats, qstats.SOURCE),
+    "divergence": KernelSpec(divergence.divergence, reference.divergence, divergence.check_divergence,
+                             divergence.SOURCE),
+    "epsilon_greedy": KernelSpec(select.epsilon_greedy, reference.epsilon_greedy, select.check_epsilon_greedy,
+                                 select.SOURCE),
+    "branching_select": KernelSpec(select.branching_select, reference.branching_select,
+                                   select.check_branching_select, select.SOURCE),
+    "route": KernelSpec(route.route, reference.route, route.check_route, route.SOURCE),
+}
+"""Every kernel: name -> launch, twin, check, source (see ``docs/ARCHITECTURE.md`` for semantics)."""
+
+SOURCES: Dict[str, CudaSource] = {spec.source.filename: spec.source for spec in KERNELS.values()}
+"""Every CUDA source of the table, by file name."""
+
+CONCRETE_BACKENDS = ("cuda", "torch")
+
+
 class Kernels:
-    """Base class of both backends; see ``docs/ARCHITECTURE.md`` for the exact semantics."""
+    """The kernels of one backend on one device: ``k.<name>(...)`` and ``k.bind_<name>(...)`` for
+    every :data:`KERNELS` row (see the module docstring). Build it with ``get_kernels(device)``.
 
-    backend: str = "abstract"
+    Args:
+        device: The device of every buffer; an indexed CUDA device for the "cuda" backend.
+        backend: "torch" (the twins, any device) or "cuda" (the launches).
+    """
 
-    def __init__(self, device: Union[str, torch.device]) -> None:
+    def __init__(self, device: Union[str, torch.device], backend: str = "torch") -> None:
         self.device = torch.device(device)
+        if backend not in CONCRETE_BACKENDS:
+            raise ValueError(f"backend must be one of {CONCRETE_BACKENDS}, got {backend!r}")
+        self.backend = backend
+        if backend == "cuda" and (self.device.type != "cuda" or self.device.index is None):
+            raise ValueError(f"device must be an indexed CUDA device, got {self.device}")
+        for name, spec in KERNELS.items():
+            run = functools.partial(spec.launch, self.device.index) if backend == "cuda" else spec.twin
+            setattr(self, name, run)
+            setattr(self, f"bind_{name}", functools.partial(self.bind, name))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(backend={self.backend!r}, device={str(self.device)!r})"
 
     def warmup(self) -> None:
-        """Prepare every kernel (compile, load) so that later launches can be graph-captured."""
+        """Compile and load every kernel now (CUDA backend; nothing to do for the twins), so that
+        later launches can be graph-captured."""
+        if self.backend == "cuda":
+            for source in SOURCES.values():
+                load_module(self.device.index, source)
 
-    # --- kernels (overridden by each backend) -------------------------------------------------
-    def guard_check(
-        self,
-        loss: torch.Tensor,
-        grad_norm: torch.Tensor,
-        warmup_done: Union[torch.Tensor, float],
-        flags: torch.Tensor,
-        clipped_loss: torch.Tensor,
-        loss_scale: torch.Tensor,
-        found_inf: torch.Tensor,
-        *,
-        loss_clip: float,
-        collapse_threshold: float,
-    ) -> None:
-        """Flags (nonfinite, loss_clipped, grad_collapse), clipped loss, loss scale, found_inf."""
-        raise NotImplementedError
+    def bind(self, name: str, *args, **kwargs) -> Launcher:
+        """Validate the buffers of kernel ``name`` once; return a zero-argument launcher for them.
 
-    def guard_accumulate(
-        self, clipped_loss: torch.Tensor, grad_norm: torch.Tensor, flags: torch.Tensor, accum: torch.Tensor
-    ) -> None:
-        """``accum += (loss, grad_norm, 1, nonfinite, clipped, collapse)``; sums skip non-finite steps."""
-        raise NotImplementedError
-
-    def guard_record(
-        self,
-        clipped_loss: torch.Tensor,
-        loss: torch.Tensor,
-        grad_norm: torch.Tensor,
-        flags: torch.Tensor,
-        qstats_out: torch.Tensor,
-        div_flag: torch.Tensor,
-        accum: torch.Tensor,
-        qagg: torch.Tensor,
-        records: torch.Tensor,
-        update_index: torch.Tensor,
-    ) -> None:
-        """``guard_accumulate``, then fold the Q stats into ``qagg``, store first-trigger records, bump the index."""
-        raise NotImplementedError
-
-    def qstats(self, q: torch.Tensor, out: torch.Tensor, scratch: torch.Tensor) -> None:
-        """``out = (min, max, mean) of row-max Q, mean Q, nan_flag``; NaN stats if any Q non-finite."""
-        raise NotImplementedError
-
-    def divergence(
-        self, qstats_out: torch.Tensor, counter: torch.Tensor, flag: torch.Tensor, *, threshold: float, patience: int
-    ) -> None:
-        """Patience counter of diverged Q stats and a sticky divergence flag."""
-        raise NotImplementedError
-
-    def epsilon_greedy(
-        self, q: torch.Tensor, epsilon: torch.Tensor, step: torch.Tensor, actions: torch.Tensor, *, seed: int
-    ) -> None:
-        """Epsilon-greedy actions with counter-based randomness (``kernels/rng.py``)."""
-        raise NotImplementedError
-
-    def branching_select(
-        self,
-        q_exposure: torch.Tensor,
-        q_order: torch.Tensor,
-        q_urgency: torch.Tensor,
-        epsilon: torch.Tensor,
-        step: torch.Tensor,
-        actions: torch.Tensor,
-        *,
-        seed: int,
-    ) -> None:
-        """Per-branch epsilon-greedy, combined into the factored index ``e * 9 + o * 3 + u``."""
-        raise NotImplementedError
-
-    def route(
-        self,
-        exposure: torch.Tensor,
-        spread: torch.Tensor,
-        median_spread: torch.Tensor,
-        vol: torch.Tensor,
-        median_vol: torch.Tensor,
-        actions: torch.Tensor,
-        *,
-        wide: float = 1.5,
-        high_vol: float = 1.5,
-        low_vol: float = 0.75,
-    ) -> None:
-        """Exposure plus order type and urgency from the spread and volatility ratios."""
-        raise NotImplementedError
-
-    # --- validated binding --------------------------------------------------------------------
-    def _bind(self, name: str, args: tuple, kwargs: dict) -> Launcher:
-        getattr(validate, f"bind_{name}")(*args, **kwargs)
+        ``k.bind_<name>(*args, **kwargs)`` is ``k.bind("<name>", *args, **kwargs)``.
+        """
+        KERNELS[name].check(*args, **kwargs)
         first = next(a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor))
         if first.device != self.device:
             raise ValueError(f"{name}: buffers are on {first.device}, these kernels are for {self.device}")
         return functools.partial(getattr(self, name), *args, **kwargs)
-
-    def bind_guard_check(self, *args, **kwargs) -> Launcher:
-        """Validate ``guard_check`` buffers once; return a launcher for them."""
-        return self._bind("guard_check", args, kwargs)
-
-    def bind_guard_accumulate(self, *args, **kwargs) -> Launcher:
-        """Validate ``guard_accumulate`` buffers once; return a launcher for them."""
-        return self._bind("guard_accumulate", args, kwargs)
-
-    def bind_guard_record(self, *args, **kwargs) -> Launcher:
-        """Validate ``guard_record`` buffers once; return a launcher for them."""
-        return self._bind("guard_record", args, kwargs)
-
-    def bind_qstats(self, *args, **kwargs) -> Launcher:
-        """Validate ``qstats`` buffers once; return a launcher for them."""
-        return self._bind("qstats", args, kwargs)
-
-    def bind_divergence(self, *args, **kwargs) -> Launcher:
-        """Validate ``divergence`` buffers once; return a launcher for them."""
-        return self._bind("divergence", args, kwargs)
-
-    def bind_epsilon_greedy(self, *args, **kwargs) -> Launcher:
-        """Validate ``epsilon_greedy`` buffers once; return a launcher for them."""
-        return self._bind("epsilon_greedy", args, kwargs)
-
-    def bind_branching_select(self, *args, **kwargs) -> Launcher:
-        """Validate ``branching_select`` buffers once; return a launcher for them."""
-        return self._bind("branching_select", args, kwargs)
-
-    def bind_route(self, *args, **kwargs) -> Launcher:
-        """Validate ``route`` buffers once; return a launcher for them."""
-        return self._bind("route", args, kwargs)

@@ -10,7 +10,6 @@ from typing import Any, Optional, Union
 import torch
 
 from rl_zerosync.kernels.api import Kernels
-from rl_zerosync.kernels.reference import TorchKernels
 
 BACKENDS = ("auto", "cuda", "torch")
 
@@ -182,11 +181,6 @@ def get_kernels(device: Union[str, torch.device, int], backend: str = "auto") ->
     with _lock:
         kernels = _cache.get(key)
         if kernels is None:
-            if name == "cuda":
-                from rl_zerosync.kernels.cuda_backend import CudaKernels
-
-                kernels = CudaKernels(dev)
-            else:
-                kernels = TorchKernels(dev)
+            kernels = Kernels(dev, backend=name)
             _cache[key] = kernels
     return kernels

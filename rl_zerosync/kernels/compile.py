@@ -1,78 +1,147 @@
 """Kernel sources and their NVRTC compilation: lazily, once per device, through CuPy.
 
-Each ``.cu`` file is compiled with ``common.cuh`` and ``rng.cuh`` prepended (a ``#line`` directive
-keeps compiler messages on the ``.cu`` file's own line numbers). :func:`get_function` returns the
-cached ``cupy.cuda.Function`` of a kernel on a device; :func:`compile_ptx` compiles a source to PTX
-with NVRTC directly (no GPU or driver needed), which the CPU test suite uses as a syntax check.
+A :class:`CudaSource` names one ``.cu`` file, its kernels and its own constants; each wrapper module
+declares its ``SOURCE``. The text compiled (:func:`kernel_source`) is:
+
+1. the generated ``#define`` lines (:func:`defines_text`): the shared constants
+   (:func:`shared_defines`: every layout of ``layouts.py``, the RNG parameters of ``rng.py``, the
+   action layout of ``rl_zerosync.actions``) and the source's own (block sizes...), all taken from
+   the Python constants, so no constant is written twice;
+2. ``common.cuh`` and ``rng.cuh``;
+3. the ``.cu`` file; a ``#line`` directive before each part keeps compiler messages on that file's
+   own line numbers.
+
+:func:`get_function` returns the cached ``cupy.cuda.Function`` of a kernel on a device;
+:func:`compile_ptx` compiles a source to PTX with NVRTC directly (no GPU or driver needed), which the
+CPU test suite uses as a syntax check.
 """
 from __future__ import annotations
 
 import ctypes
 import threading
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
+
+from rl_zerosync import actions
+from rl_zerosync.kernels import rng
+from rl_zerosync.kernels.layouts import INT32_MAX, LAYOUTS
 
 KERNEL_DIR = Path(__file__).resolve().parent
 HEADERS = ("common.cuh", "rng.cuh")
-KERNELS_BY_FILE: dict[str, tuple[str, ...]] = {
-    "guard.cu": ("zs_guard_check", "zs_guard_accumulate", "zs_guard_record"),
-    "qstats.cu": ("zs_qstats_partial", "zs_qstats_final"),
-    "divergence.cu": ("zs_divergence",),
-    "select.cu": ("zs_epsilon_greedy", "zs_branching_select"),
-    "route.cu": ("zs_route",),
-}
-FILE_OF_KERNEL = {k: f for f, ks in KERNELS_BY_FILE.items() for k in ks}
-NVRTC_OPTIONS: tuple[str, ...] = ("-std=c++17",)
+DEFINES_NAME = "zs_defines.h"
+"""The file name compiler messages give to the generated defines."""
+NVRTC_OPTIONS: Tuple[str, ...] = ("-std=c++17",)
 """Options valid on CUDA 12 and 13; CuPy adds the architecture of the device at runtime."""
 
+Number = Union[int, float]
+
 _lock = threading.Lock()
-_functions: dict[tuple[int, str], Any] = {}
-_modules: dict[tuple[int, str], Any] = {}
+_functions: Dict[Tuple[int, str], Any] = {}
+_modules: Dict[Tuple[int, str], Any] = {}
 
 
 class KernelCompileError(RuntimeError):
     """NVRTC rejected a kernel source; the message holds the compiler log."""
 
 
-def kernel_source(filename: str) -> str:
-    """Full source of ``filename`` as compiled: the headers, then the file under ``#line 1``."""
-    if filename not in KERNELS_BY_FILE and filename not in HEADERS:
-        raise ValueError(f"unknown kernel source {filename!r}; expected one of {sorted(KERNELS_BY_FILE)}")
-    parts = [f'#line 1 "{h}"\n{(KERNEL_DIR / h).read_text()}\n' for h in HEADERS if h != filename]
-    parts.append(f'#line 1 "{filename}"\n{(KERNEL_DIR / filename).read_text()}')
+@dataclass(frozen=True)
+class CudaSource:
+    """One CUDA source file of this package (or one of :data:`HEADERS`, compiled alone in tests).
+
+    Attributes:
+        filename: The file in this directory (``"qstats.cu"``).
+        kernels: Its ``extern "C"`` entry points.
+        defines: Its own constants as CUDA macros (name -> Python int or float).
+    """
+
+    filename: str
+    kernels: Tuple[str, ...]
+    defines: Mapping[str, Number] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not (KERNEL_DIR / self.filename).is_file() or "/" in self.filename:
+            raise ValueError(f"unknown kernel source {self.filename!r}")
+        clash = sorted(set(self.defines) & set(shared_defines()))
+        if clash:
+            raise ValueError(f"{self.filename}: defines {clash} are already shared defines")
+
+
+def shared_defines() -> Dict[str, Number]:
+    """The constants every source sees: layouts, RNG parameters, action layout, int32 limit."""
+    out: Dict[str, Number] = {}
+    for layout in LAYOUTS:
+        out.update(layout.defines())
+    out.update(
+        ZS_INT32_MAX=INT32_MAX,
+        ZS_HASH_MUL=rng.HASH_MUL,
+        ZS_GOLDEN=rng.GOLDEN,
+        ZS_STREAM_EXPLORE=rng.STREAM_EXPLORE,
+        ZS_STREAM_RANDOM_ACTION=rng.STREAM_RANDOM_ACTION,
+        ZS_STREAMS_PER_BRANCH=rng.STREAMS_PER_BRANCH,
+        ZS_NUM_EXPOSURES=actions.NUM_EXPOSURES,
+        ZS_NUM_ORDER_TYPES=actions.NUM_ORDER_TYPES,
+        ZS_NUM_URGENCIES=actions.NUM_URGENCIES,
+    )
+    out.update({f"ZS_ORDER_{o.name}": int(o) for o in actions.OrderType})
+    out.update({f"ZS_URGENCY_{u.name}": int(u) for u in actions.Urgency})
+    return out
+
+
+def c_literal(value: Number) -> str:
+    """A CUDA literal of ``value``: decimal int (``u`` suffix above int32), exact hex float (``f``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"a define must be an int or a float, got {value!r}")
+    if isinstance(value, float):
+        return f"{value.hex()}f"
+    if not 0 <= value <= 0xFFFFFFFF:
+        raise ValueError(f"an integer define must be in [0, 2**32), got {value}")
+    return f"{value}u" if value > INT32_MAX else str(value)
+
+
+def defines_text(source: CudaSource) -> str:
+    """The generated ``#define NAME value`` lines of ``source`` (shared constants first)."""
+    defines = {**shared_defines(), **source.defines}
+    return "".join(f"#define {name} {c_literal(value)}\n" for name, value in defines.items())
+
+
+def kernel_source(source: CudaSource) -> str:
+    """Full source of ``source`` as compiled: the defines, the headers, then the file under ``#line 1``."""
+    parts = [f'#line 1 "{DEFINES_NAME}"\n{defines_text(source)}']
+    parts += [f'#line 1 "{h}"\n{(KERNEL_DIR / h).read_text()}\n' for h in HEADERS if h != source.filename]
+    parts.append(f'#line 1 "{source.filename}"\n{(KERNEL_DIR / source.filename).read_text()}')
     return "".join(parts)
 
 
-def get_function(device_index: int, kernel: str) -> Any:
-    """The compiled ``cupy.cuda.Function`` of ``kernel`` on CUDA device ``device_index`` (cached)."""
-    fn = _functions.get((device_index, kernel))
-    if fn is not None:
-        return fn
-    filename = FILE_OF_KERNEL.get(kernel)
-    if filename is None:
-        raise ValueError(f"unknown kernel {kernel!r}; expected one of {sorted(FILE_OF_KERNEL)}")
+def load_module(device_index: int, source: CudaSource) -> None:
+    """Compile ``source`` and load its kernels on CUDA device ``device_index`` (once; cached)."""
+    if all((device_index, k) in _functions for k in source.kernels):
+        return
     import cupy
     from cupy.cuda.compiler import CompileException
 
     with _lock:
-        if (device_index, kernel) not in _functions:
-            with cupy.cuda.Device(device_index):
-                module = _modules.get((device_index, filename))
-                if module is None:
-                    module = cupy.RawModule(code=kernel_source(filename), options=NVRTC_OPTIONS)
-                    _modules[(device_index, filename)] = module
-                for name in KERNELS_BY_FILE[filename]:
-                    try:
-                        _functions[(device_index, name)] = module.get_function(name).kernel
-                    except CompileException as exc:
-                        raise KernelCompileError(f"{filename}: {exc}") from exc
+        with cupy.cuda.Device(device_index):
+            module = _modules.get((device_index, source.filename))
+            if module is None:
+                module = cupy.RawModule(code=kernel_source(source), options=NVRTC_OPTIONS)
+                _modules[(device_index, source.filename)] = module
+            for name in source.kernels:
+                try:
+                    _functions[(device_index, name)] = module.get_function(name).kernel
+                except CompileException as exc:
+                    raise KernelCompileError(f"{source.filename}: {exc}") from exc
+
+
+def get_function(device_index: int, source: CudaSource, kernel: str) -> Any:
+    """The compiled ``cupy.cuda.Function`` of ``kernel`` (of ``source``) on a CUDA device (cached)."""
+    fn = _functions.get((device_index, kernel))
+    if fn is not None:
+        return fn
+    if kernel not in source.kernels:
+        raise ValueError(f"unknown kernel {kernel!r}; {source.filename} has {list(source.kernels)}")
+    load_module(device_index, source)
     return _functions[(device_index, kernel)]
-
-
-def compile_all(device_index: int) -> None:
-    """Compile and load every kernel on a device (call before CUDA graph capture)."""
-    for kernel in FILE_OF_KERNEL:
-        get_function(device_index, kernel)
 
 
 def load_nvrtc() -> Any:

@@ -1,8 +1,8 @@
 """Launching compiled kernels on torch's current CUDA stream, with named geometry.
 
-Per launch: look up the CuPy view of torch's current stream (cached per stream handle), pass raw
-``data_ptr()`` integers and numpy scalars, enqueue. Nothing is allocated on the device and nothing
-is read back.
+Per launch: look up the kernel (compiled on first use, ``compile.py``), the CuPy view of torch's
+current stream (cached per stream handle), pass raw ``data_ptr()`` integers and numpy scalars,
+enqueue. Nothing is allocated on the device and nothing is read back.
 """
 from __future__ import annotations
 
@@ -12,10 +12,14 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from rl_zerosync.kernels.compile import get_function
+from rl_zerosync.kernels.compile import CudaSource, get_function
 
 ELEMENTWISE_BLOCK = 256
 """Threads per block of the one-thread-per-row kernels."""
+SCALAR_GRID = 1
+"""Blocks of the one-thread kernels (guard, divergence)."""
+SCALAR_BLOCK = 1
+"""Threads per block of the one-thread kernels."""
 
 _streams: dict[tuple[int, int], Any] = {}
 
@@ -63,10 +67,10 @@ def grid_for(rows: int, block: int = ELEMENTWISE_BLOCK) -> int:
     return max(1, -(-int(rows) // block))
 
 
-def launch(kernel: str, *, device_index: int, grid: int, block: int, args: Sequence[Any],
+def launch(source: CudaSource, kernel: str, *, device_index: int, grid: int, block: int, args: Sequence[Any],
            shared_mem: int = 0) -> None:
-    """Enqueue ``kernel<<<grid, block, shared_mem, torch current stream>>>(*args)`` on a device."""
-    fn = get_function(device_index, kernel)
+    """Enqueue ``kernel<<<grid, block, shared_mem, torch current stream>>>(*args)`` (of ``source``) on a device."""
+    fn = get_function(device_index, source, kernel)
     if torch.cuda.current_device() != device_index:
         with torch.cuda.device(device_index):
             fn((grid,), (block,), tuple(args), shared_mem=shared_mem, stream=current_stream(device_index))

@@ -1,13 +1,12 @@
 // Q-value statistics over Q [rows, cols] in two launches, no host sync, graph-capturable:
-//   pass 1 (zs_qstats_partial): grid=min(1024, ceil(rows/256)) blocks of 256 threads, one row per
-//     thread (grid-stride); each block writes 5 partials to scratch[5 * blockIdx.x + k]:
-//     (min row-max, max row-max, sum row-max, sum Q, any non-finite 0/1).
-//   pass 2 (zs_qstats_final): grid=1 block of 256 threads reduces the partials into
-//     out = (min row-max, max row-max, mean row-max, mean Q, nan_flag); NaN stats if nan_flag.
-// Sums run in double inside a block. Twin: reference.qstats.
-
-#define ZS_QSTATS_BLOCK 256
-#define ZS_QSTATS_FIELDS 5
+//   pass 1 (zs_qstats_partial): grid=qstats_num_blocks(rows) blocks of ZS_QSTATS_BLOCK threads, one
+//     row per thread (grid-stride); each block writes one ZS_QPART record to
+//     scratch[ZS_QPART_SIZE * blockIdx.x:] (min row-max, max row-max, sum row-max, sum Q,
+//     any non-finite 0/1).
+//   pass 2 (zs_qstats_final): grid=1 block of ZS_QSTATS_BLOCK threads reduces the partials into
+//     out (layout ZS_QSTATS: min / max / mean of row-max Q, mean Q, nan_flag); NaN stats if nan_flag.
+// Sums run in double inside a block. Twin: reference.qstats. ZS_QSTATS_BLOCK, ZS_QPART_* and
+// ZS_QSTATS_* are generated from qstats.py and layouts.py (compile.py).
 
 struct ZsQPart {
     float mn;
@@ -86,12 +85,12 @@ zs_qstats_partial(const float* __restrict__ q, long long rows, int cols, float* 
     }
     p = zs_qpart_block_reduce(p);
     if (threadIdx.x == 0) {
-        float* out = scratch + (long long)ZS_QSTATS_FIELDS * blockIdx.x;
-        out[0] = p.mn;
-        out[1] = p.mx;
-        out[2] = (float)p.sum_rowmax;
-        out[3] = (float)p.sum_all;
-        out[4] = p.bad ? 1.0f : 0.0f;
+        float* out = scratch + (long long)ZS_QPART_SIZE * blockIdx.x;
+        out[ZS_QPART_MIN] = p.mn;
+        out[ZS_QPART_MAX] = p.mx;
+        out[ZS_QPART_SUM_ROWMAX] = (float)p.sum_rowmax;
+        out[ZS_QPART_SUM_ALL] = (float)p.sum_all;
+        out[ZS_QPART_BAD] = p.bad ? 1.0f : 0.0f;
     }
 }
 
@@ -100,29 +99,29 @@ zs_qstats_final(const float* __restrict__ scratch, int num_partials, long long r
                 float* __restrict__ out) {
     ZsQPart p = zs_qpart_identity();
     for (int i = threadIdx.x; i < num_partials; i += blockDim.x) {
-        const float* part = scratch + (long long)ZS_QSTATS_FIELDS * i;
+        const float* part = scratch + (long long)ZS_QPART_SIZE * i;
         ZsQPart o;
-        o.mn = part[0];
-        o.mx = part[1];
-        o.sum_rowmax = (double)part[2];
-        o.sum_all = (double)part[3];
-        o.bad = part[4] != 0.0f ? 1 : 0;
+        o.mn = part[ZS_QPART_MIN];
+        o.mx = part[ZS_QPART_MAX];
+        o.sum_rowmax = (double)part[ZS_QPART_SUM_ROWMAX];
+        o.sum_all = (double)part[ZS_QPART_SUM_ALL];
+        o.bad = part[ZS_QPART_BAD] != 0.0f ? 1 : 0;
         p = zs_qpart_merge(p, o);
     }
     p = zs_qpart_block_reduce(p);
     if (threadIdx.x == 0) {
         if (p.bad) {
-            out[0] = ZS_NAN_F;
-            out[1] = ZS_NAN_F;
-            out[2] = ZS_NAN_F;
-            out[3] = ZS_NAN_F;
-            out[4] = 1.0f;
+            out[ZS_QSTATS_MIN] = ZS_NAN_F;
+            out[ZS_QSTATS_MAX] = ZS_NAN_F;
+            out[ZS_QSTATS_MEAN] = ZS_NAN_F;
+            out[ZS_QSTATS_ALL_MEAN] = ZS_NAN_F;
+            out[ZS_QSTATS_NAN_FLAG] = 1.0f;
         } else {
-            out[0] = p.mn;
-            out[1] = p.mx;
-            out[2] = (float)(p.sum_rowmax / (double)rows);
-            out[3] = (float)(p.sum_all / ((double)rows * (double)cols));
-            out[4] = 0.0f;
+            out[ZS_QSTATS_MIN] = p.mn;
+            out[ZS_QSTATS_MAX] = p.mx;
+            out[ZS_QSTATS_MEAN] = (float)(p.sum_rowmax / (double)rows);
+            out[ZS_QSTATS_ALL_MEAN] = (float)(p.sum_all / ((double)rows * (double)cols));
+            out[ZS_QSTATS_NAN_FLAG] = 0.0f;
         }
     }
 }

@@ -1,8 +1,10 @@
 """Torch twins of the CUDA kernels: same signatures, same semantics, any device.
 
-These are the plain, readable definitions the kernels are tested against, and the CPU backend. They
-use only device-side torch ops (``torch.where``, reductions into tensors), so they never read a value
-back to the host either; they do allocate temporaries.
+These are the plain, readable definitions the kernels are tested against, and the CPU backend
+(``api.KERNELS`` pairs each with its launch). They use only device-side torch ops (``torch.where``,
+reductions into tensors), so they never read a value back to the host either; they do allocate
+temporaries. Buffers are addressed by field name through the layouts of ``layouts.py``, the same
+ones the CUDA sources get as generated defines.
 
 NaN in a Q row: the greedy action is the index of the first NaN (as ``torch.argmax`` documents for
 NaN); otherwise the first maximum (ties go to the lowest index).
@@ -13,11 +15,10 @@ from typing import Union
 
 import torch
 
-from rl_zerosync.actions import NUM_EXPOSURES, OrderType, Urgency
+from rl_zerosync.actions import NUM_EXPOSURES, OrderType, Urgency, encode_t
 from rl_zerosync.kernels import rng
-from rl_zerosync.kernels.api import Kernels
-
-INT32_MAX = 2**31 - 1
+from rl_zerosync.kernels.layouts import ACCUM, CHECK, FLAGS, INT32_MAX, QAGG, QSTATS, RECORD
+from rl_zerosync.kernels.route import HIGH_VOL, LOW_VOL, WIDE
 
 
 def greedy_argmax(q: torch.Tensor) -> torch.Tensor:
@@ -28,11 +29,12 @@ def greedy_argmax(q: torch.Tensor) -> torch.Tensor:
 
 
 def _explore(
-    q: torch.Tensor, epsilon: torch.Tensor, step: torch.Tensor, seed: int, coin_stream: int, idx: torch.Tensor
+    q: torch.Tensor, epsilon: torch.Tensor, step: torch.Tensor, seed: int, stream_base: int, idx: torch.Tensor
 ) -> torch.Tensor:
-    """Epsilon-greedy over one Q matrix using streams ``coin_stream`` and ``coin_stream + 1``."""
-    u = rng.uniform24(seed, step, coin_stream, idx)
-    rand = rng.random_index(rng.bits24(seed, step, coin_stream + 1, idx), q.shape[1])
+    """Epsilon-greedy over one Q matrix: coin and random action from streams ``stream_base`` +
+    ``rng.STREAM_EXPLORE`` / ``rng.STREAM_RANDOM_ACTION``."""
+    u = rng.uniform24(seed, step, stream_base + rng.STREAM_EXPLORE, idx)
+    rand = rng.random_index(rng.bits24(seed, step, stream_base + rng.STREAM_RANDOM_ACTION, idx), q.shape[1])
     return torch.where(u < epsilon, rand, greedy_argmax(q))
 
 
@@ -48,7 +50,7 @@ def guard_check(
     loss_clip: float,
     collapse_threshold: float,
 ) -> None:
-    """Twin of ``zs_guard_check`` (``guard.cu``)."""
+    """Twin of ``zs_guard_check`` (``guard.cu``); ``flags`` in the :data:`FLAGS` layout."""
     nonfinite = ~(torch.isfinite(loss) & torch.isfinite(grad_norm))
     clipped = ~nonfinite & (loss > loss_clip)
     if isinstance(warmup_done, torch.Tensor):
@@ -60,7 +62,8 @@ def guard_check(
     cl = torch.where(nonfinite, torch.zeros_like(loss), torch.where(clipped, clip_value, loss))
     scale = torch.where(clipped, cl / torch.where(clipped, loss, torch.ones_like(loss)), torch.ones_like(loss))
     scale = torch.where(nonfinite, torch.zeros_like(loss), scale)
-    flags.copy_(torch.cat([nonfinite, clipped, collapse]))
+    decisions = {"nonfinite": nonfinite, "loss_clipped": clipped, "grad_collapse": collapse}
+    flags.copy_(torch.cat(FLAGS.ordered(decisions)))
     clipped_loss.copy_(cl)
     loss_scale.copy_(scale)
     found_inf.copy_(nonfinite)
@@ -69,12 +72,18 @@ def guard_check(
 def guard_accumulate(
     clipped_loss: torch.Tensor, grad_norm: torch.Tensor, flags: torch.Tensor, accum: torch.Tensor
 ) -> None:
-    """Twin of ``zs_guard_accumulate`` (``guard.cu``)."""
-    nonfinite = flags[0:1] != 0
+    """Twin of ``zs_guard_accumulate`` (``guard.cu``); ``accum`` in the :data:`ACCUM` layout."""
+    nonfinite = flags[FLAGS.span("nonfinite")] != 0
     zero = torch.zeros(1, dtype=torch.float64, device=accum.device)
-    loss = torch.where(nonfinite, zero, clipped_loss.to(torch.float64))
-    norm = torch.where(nonfinite, zero, grad_norm.to(torch.float64))
-    accum.add_(torch.cat([loss, norm, zero + 1.0, flags.to(torch.float64)]))
+    f = flags.to(torch.float64)
+    accum.add_(torch.cat(ACCUM.ordered({
+        "loss_sum": torch.where(nonfinite, zero, clipped_loss.to(torch.float64)),
+        "grad_norm_sum": torch.where(nonfinite, zero, grad_norm.to(torch.float64)),
+        "updates": zero + 1.0,
+        "nonfinite": f[FLAGS.span("nonfinite")],
+        "clipped": f[FLAGS.span("loss_clipped")],
+        "collapse": f[FLAGS.span("grad_collapse")],
+    })))
 
 
 def guard_record(
@@ -89,32 +98,41 @@ def guard_record(
     records: torch.Tensor,
     update_index: torch.Tensor,
 ) -> None:
-    """Twin of ``zs_guard_record`` (``guard.cu``)."""
+    """Twin of ``zs_guard_record`` (``guard.cu``): :data:`QSTATS` folded into :data:`QAGG`, one
+    :data:`RECORD` row per :data:`CHECK`."""
     guard_accumulate(clipped_loss, grad_norm, flags, accum)
     s = qstats_out.to(torch.float64)
-    finite = s[4:5] == 0
-    torch.fmin(qagg[0:1], s[0:1], out=qagg[0:1])
-    torch.fmax(qagg[1:2], s[1:2], out=qagg[1:2])
-    qagg[2:5].add_(torch.where(finite, torch.cat([s[2:4], torch.ones_like(s[4:5])]), torch.zeros_like(s[2:5])))
-    trig = torch.cat([flags[0:1], flags[2:3], div_flag])
-    cur = torch.cat([torch.ones_like(update_index), update_index, loss.to(torch.float64),
-                     grad_norm.to(torch.float64), s[0:2]])
-    first = (records[:, 0:1] == 0) & (trig.unsqueeze(1) > 0)
+    q_min, q_max = s[QSTATS.span("min")], s[QSTATS.span("max")]
+    finite = s[QSTATS.span("nan_flag")] == 0
+    torch.fmin(qagg[QAGG.span("min")], q_min, out=qagg[QAGG.span("min")])
+    torch.fmax(qagg[QAGG.span("max")], q_max, out=qagg[QAGG.span("max")])
+    sums = {"mean_sum": s[QSTATS.span("mean")], "all_mean_sum": s[QSTATS.span("all_mean")],
+            "count": torch.ones_like(q_min)}
+    added = torch.cat(QAGG.ordered(sums))
+    qagg[QAGG.span(*sums)].add_(torch.where(finite, added, torch.zeros_like(added)))
+    trig = torch.cat(CHECK.ordered({"nonfinite": flags[FLAGS.span("nonfinite")],
+                                    "grad_collapse": flags[FLAGS.span("grad_collapse")], "divergence": div_flag}))
+    cur = torch.cat(RECORD.ordered({"seen": torch.ones_like(update_index), "update_index": update_index,
+                                    "loss": loss.to(torch.float64), "grad_norm": grad_norm.to(torch.float64),
+                                    "q_min": q_min, "q_max": q_max}))
+    first = (records[:, RECORD.span("seen")] == 0) & (trig.unsqueeze(1) > 0)
     records.copy_(torch.where(first, cur.unsqueeze(0), records))
     update_index.add_(1.0)
 
 
 def qstats(q: torch.Tensor, out: torch.Tensor, scratch: torch.Tensor) -> None:
-    """Twin of ``zs_qstats_partial`` + ``zs_qstats_final`` (``qstats.cu``); ``scratch`` is unused."""
+    """Twin of ``zs_qstats_partial`` + ``zs_qstats_final`` (``qstats.cu``); ``out`` in the
+    :data:`QSTATS` layout; ``scratch`` is unused."""
     del scratch
     if q.shape[0] < 1:
         raise ValueError(f"q must have at least one row, got shape {list(q.shape)}")
     row_max = q.amax(dim=1)
     nonfinite = ~torch.isfinite(q).all()
-    stats = torch.stack([row_max.min(), row_max.max(), row_max.mean(), q.mean()])
+    parts = {"min": row_max.min(), "max": row_max.max(), "mean": row_max.mean(), "all_mean": q.mean()}
+    stats = torch.stack(QSTATS.ordered(parts))
     stats = torch.where(nonfinite, torch.full_like(stats, float("nan")), stats)
-    out[:4].copy_(stats)
-    out[4:].copy_(nonfinite)
+    out[QSTATS.span(*parts)].copy_(stats)
+    out[QSTATS.span("nan_flag")].copy_(nonfinite)
 
 
 def divergence(
@@ -122,7 +140,8 @@ def divergence(
 ) -> None:
     """Twin of ``zs_divergence`` (``divergence.cu``)."""
     s = qstats_out
-    bad = (s[0:1].abs() > threshold) | (s[1:2].abs() > threshold) | (s[4:5] != 0)
+    bad = ((s[QSTATS.span("min")].abs() > threshold) | (s[QSTATS.span("max")].abs() > threshold)
+           | (s[QSTATS.span("nan_flag")] != 0))
     bumped = torch.where(counter < INT32_MAX, counter + 1, counter)
     new_counter = torch.where(bad, bumped, torch.zeros_like(counter))
     counter.copy_(new_counter)
@@ -134,7 +153,7 @@ def epsilon_greedy(
 ) -> None:
     """Twin of ``zs_epsilon_greedy`` (``select.cu``)."""
     idx = torch.arange(q.shape[0], device=q.device)
-    actions.copy_(_explore(q, epsilon, step, seed, rng.STREAM_EXPLORE, idx))
+    actions.copy_(_explore(q, epsilon, step, seed, 0, idx))
 
 
 def branching_select(
@@ -147,12 +166,12 @@ def branching_select(
     *,
     seed: int,
 ) -> None:
-    """Twin of ``zs_branching_select`` (``select.cu``); branch ``b`` uses streams ``2b``, ``2b+1``."""
+    """Twin of ``zs_branching_select`` (``select.cu``); branch ``b`` uses the streams of
+    epsilon-greedy shifted by ``rng.STREAMS_PER_BRANCH * b``."""
     idx = torch.arange(q_exposure.shape[0], device=q_exposure.device)
-    e = _explore(q_exposure, epsilon, step, seed, 0, idx)
-    o = _explore(q_order, epsilon, step, seed, 2, idx)
-    u = _explore(q_urgency, epsilon, step, seed, 4, idx)
-    actions.copy_(e * 9 + o * 3 + u)
+    e, o, u = (_explore(q, epsilon, step, seed, rng.STREAMS_PER_BRANCH * b, idx)
+               for b, q in enumerate((q_exposure, q_order, q_urgency)))
+    actions.copy_(encode_t(e, o, u))
 
 
 def _ratio(x: torch.Tensor, median: torch.Tensor) -> torch.Tensor:
@@ -170,9 +189,9 @@ def route(
     median_vol: torch.Tensor,
     actions: torch.Tensor,
     *,
-    wide: float = 1.5,
-    high_vol: float = 1.5,
-    low_vol: float = 0.75,
+    wide: float = WIDE,
+    high_vol: float = HIGH_VOL,
+    low_vol: float = LOW_VOL,
 ) -> None:
     """Twin of ``zs_route`` (``route.cu``); exposure is clamped to 0..4."""
     rs = _ratio(spread, median_spread)
@@ -190,19 +209,4 @@ def route(
     )
     calm = torch.where(rv <= low_vol, const(Urgency.LOW), const(Urgency.NORMAL))
     urgency = torch.where(is_high, const(Urgency.HIGH), calm)
-    actions.copy_(exposure.clamp(0, NUM_EXPOSURES - 1) * 9 + order * 3 + urgency)
-
-
-class TorchKernels(Kernels):
-    """The torch-twin backend (CPU, or any device when forced)."""
-
-    backend = "torch"
-
-    guard_check = staticmethod(guard_check)
-    guard_accumulate = staticmethod(guard_accumulate)
-    guard_record = staticmethod(guard_record)
-    qstats = staticmethod(qstats)
-    divergence = staticmethod(divergence)
-    epsilon_greedy = staticmethod(epsilon_greedy)
-    branching_select = staticmethod(branching_select)
-    route = staticmethod(route)
+    actions.copy_(encode_t(exposure.clamp(0, NUM_EXPOSURES - 1), order, urgency))

@@ -1,10 +1,8 @@
 // Counter-based RNG: the CUDA mirror of rl_zerosync/kernels/rng.py (change both together).
 // All maths is uint32 with wrap-around; the torch side does the same on int64 masked to 32 bits.
+// ZS_HASH_MUL and ZS_GOLDEN are generated from rng.HASH_MUL / rng.GOLDEN (compile.py).
 #ifndef ZS_RNG_CUH
 #define ZS_RNG_CUH
-
-#define ZS_HASH_MUL 0x45d9f3bu
-#define ZS_GOLDEN 0x9e3779b9u
 
 // The 0x45d9f3b integer finaliser: two multiply-xorshift rounds.
 __device__ __forceinline__ unsigned int zs_hash32(unsigned int x) {

@@ -4,7 +4,8 @@ Every random draw is a pure function ``bits(seed, step, stream, i)`` of four cou
 seed and step give the same numbers on the CPU and on the GPU, and different env indices ``i`` or
 streams give independent draws. All arithmetic is unsigned 32-bit; in torch it runs on int64 with
 every intermediate below ``2**40`` and is masked back to 32 bits, so it is exact. The CUDA mirror is
-``rng.cuh`` (prepended to every ``.cu`` source); change both together.
+``rng.cuh`` (prepended to every ``.cu`` source); change both together. Its constants (``ZS_HASH_MUL``,
+``ZS_GOLDEN``, the stream numbers) are generated from the ones here (``compile.shared_defines``).
 
 * ``hash32(x)``: the ``0x45d9f3b`` integer finaliser (two multiply-xorshift rounds).
 * ``combine(h, v)``: ``hash32(h ^ (v + 0x9e3779b9 + (h << 6) + (h >> 2)))`` (mod ``2**32``).
@@ -13,9 +14,10 @@ every intermediate below ``2**40`` and is masked back to 32 bits, so it is exact
   stream), i)``; ``bits24 = bits >> 8``; ``uniform24 = bits24 * 2**-24`` in ``[0, 1)`` (exact in
   float32).
 
-Stream numbers used by the selection kernels: epsilon-greedy draws its explore coin from stream 0
-and its random action from stream 1; branching select uses streams ``2b`` (coin) and ``2b + 1``
-(action) for branch ``b`` (0 exposure, 1 order type, 2 urgency). Other users of the same seed (e.g.
+Stream numbers used by the selection kernels: epsilon-greedy draws its explore coin from stream
+:data:`STREAM_EXPLORE` (0) and its random action from :data:`STREAM_RANDOM_ACTION` (1); branching
+select adds ``STREAMS_PER_BRANCH * b`` for branch ``b`` (0 exposure, 1 order type, 2 urgency), i.e.
+streams ``2b`` (coin) and ``2b + 1`` (action). Other users of the same seed (e.g.
 a stochastic fill model) take streams from :data:`STREAM_USER_BASE` upwards.
 """
 from __future__ import annotations
@@ -33,6 +35,7 @@ SEED_MAX = 2**64 - 1
 
 STREAM_EXPLORE = 0
 STREAM_RANDOM_ACTION = 1
+STREAMS_PER_BRANCH = 2
 STREAM_USER_BASE = 16
 
 IntOrTensor = Union[int, torch.Tensor]

@@ -1,10 +1,12 @@
 // Action selection: epsilon-greedy over one Q matrix, and per-branch epsilon-greedy for the
-// branching head. One thread per env; launched with grid=ceil(rows/256), block=256.
-// Twins: reference.epsilon_greedy / reference.branching_select.
+// branching head. One thread per env; launched with grid=grid_for(rows), block=ELEMENTWISE_BLOCK
+// (launch.py). Twins: reference.epsilon_greedy / reference.branching_select.
 // Greedy: the first NaN of a row wins if there is one, else the first maximum (ties -> lowest).
 // Random draws (rng.cuh): explore if uniform24(coin stream) < epsilon; random action
-// (bits24(action stream) * n) >> 24. epsilon-greedy uses streams 0 (coin) and 1 (action); branch b
-// of branching select uses streams 2b and 2b + 1.
+// (bits24(action stream) * n) >> 24. epsilon-greedy uses streams ZS_STREAM_EXPLORE (coin) and
+// ZS_STREAM_RANDOM_ACTION (action); branch b of branching select adds ZS_STREAMS_PER_BRANCH * b.
+// Branch widths and the factored index e * (order types * urgencies) + o * urgencies + u follow
+// the generated action layout (ZS_NUM_*, from rl_zerosync.actions).
 
 __device__ __forceinline__ int zs_greedy(const float* __restrict__ row, int n) {
     float best = row[0];
@@ -37,8 +39,8 @@ extern "C" __global__ void zs_epsilon_greedy(const float* __restrict__ q, long l
     const long long i = zs_thread_index();
     if (i >= rows) return;
     const long long s = step[0];
-    const unsigned int coin_key = zs_stream_key(seed_key, s, 0u);
-    const unsigned int action_key = zs_stream_key(seed_key, s, 1u);
+    const unsigned int coin_key = zs_stream_key(seed_key, s, ZS_STREAM_EXPLORE);
+    const unsigned int action_key = zs_stream_key(seed_key, s, ZS_STREAM_RANDOM_ACTION);
     actions[i] = (long long)zs_select(q + i * (long long)cols, cols, epsilon[0], coin_key,
                                       action_key, (unsigned int)i);
 }
@@ -55,11 +57,14 @@ extern "C" __global__ void zs_branching_select(const float* __restrict__ q_expos
     const long long s = step[0];
     const float eps = epsilon[0];
     const unsigned int u = (unsigned int)i;
-    const int e = zs_select(q_exposure + i * 5, 5, eps, zs_stream_key(seed_key, s, 0u),
-                            zs_stream_key(seed_key, s, 1u), u);
-    const int o = zs_select(q_order + i * 3, 3, eps, zs_stream_key(seed_key, s, 2u),
-                            zs_stream_key(seed_key, s, 3u), u);
-    const int g = zs_select(q_urgency + i * 3, 3, eps, zs_stream_key(seed_key, s, 4u),
-                            zs_stream_key(seed_key, s, 5u), u);
-    actions[i] = (long long)(e * 9 + o * 3 + g);
+    const int e = zs_select(q_exposure + i * ZS_NUM_EXPOSURES, ZS_NUM_EXPOSURES, eps,
+                            zs_stream_key(seed_key, s, ZS_STREAM_EXPLORE),
+                            zs_stream_key(seed_key, s, ZS_STREAM_RANDOM_ACTION), u);
+    const int o = zs_select(q_order + i * ZS_NUM_ORDER_TYPES, ZS_NUM_ORDER_TYPES, eps,
+                            zs_stream_key(seed_key, s, ZS_STREAMS_PER_BRANCH + ZS_STREAM_EXPLORE),
+                            zs_stream_key(seed_key, s, ZS_STREAMS_PER_BRANCH + ZS_STREAM_RANDOM_ACTION), u);
+    const int g = zs_select(q_urgency + i * ZS_NUM_URGENCIES, ZS_NUM_URGENCIES, eps,
+                            zs_stream_key(seed_key, s, 2 * ZS_STREAMS_PER_BRANCH + ZS_STREAM_EXPLORE),
+                            zs_stream_key(seed_key, s, 2 * ZS_STREAMS_PER_BRANCH + ZS_STREAM_RANDOM_ACTION), u);
+    actions[i] = (long long)(e * (ZS_NUM_ORDER_TYPES * ZS_NUM_URGENCIES) + o * ZS_NUM_URGENCIES + g);
 }

@@ -14,7 +14,9 @@ Per update (all on the device, no host read):
 Per training iteration, :meth:`TrainingGuard.collect` packs everything into one float64 buffer,
 reads it with one ``AsyncReadback`` (pinned, non-blocking copy + event wait), zeroes the
 per-iteration accumulators on the device and returns Python floats; :meth:`TrainingGuard.apply_policies`
-then warns or raises :class:`TrainingHalted`. Update indices are 0-based and count every update
+then warns or raises :class:`TrainingHalted`. Every buffer, the pack included, is read and written by
+field name through the layouts of ``rl_zerosync.kernels.layouts``, the ones the CUDA kernels and
+their twins share. Update indices are 0-based and count every update
 this learner ran (restored from checkpoints).
 
 With DDP (``world_size > 1``) the packs of all ranks are first gathered on the device (one
@@ -49,14 +51,15 @@ from typing import Dict, List, Optional, Tuple
 import torch
 
 from rl_zerosync.kernels import AsyncReadback, Kernels, qstats_scratch_numel
-from rl_zerosync.kernels.validate import GUARD_CHECKS, GUARD_RECORD_FIELDS
+from rl_zerosync.kernels.layouts import ACCUM, CHECK, FLAGS, PACK, QAGG, QSTATS, RECORD
 from rl_zerosync.learner.learner_settings import LearnerSettings
 
 __all__ = ["CHECKS", "TrainingGuard", "TrainingHalted", "METRIC_NAMES", "combine_ranks"]
 
 logger = logging.getLogger(__name__)
 
-CHECKS = ("nonfinite", "grad_collapse", "divergence")
+CHECKS = CHECK.names
+"""The guard's checks, in the row order of its first-trigger records (``layouts.CHECK``)."""
 METRIC_NAMES = (
     "loss_mean",
     "grad_norm_mean",
@@ -72,33 +75,33 @@ METRIC_NAMES = (
     "divergence_flag",
     "updates_lifetime",
 )
-_REC = GUARD_RECORD_FIELDS  # record row: seen, update index, loss, grad norm, q_min, q_max
-assert len(CHECKS) == GUARD_CHECKS  # the guard_record kernel's row order is CHECKS
-_PACK = 6 + 5 + 2 + len(CHECKS) * _REC + 1
+_SEEN, _INDEX = RECORD.offset("seen"), RECORD.offset("update_index")
 
 
 def _unpack(vals: List[float]) -> Tuple[Dict[str, float], List[List[float]]]:
     """One rank's pack (see :meth:`TrainingGuard.collect`) -> (metrics, first-trigger records)."""
-    acc, qagg = vals[0:6], vals[6:11]
-    recs = [vals[13 + i * _REC: 13 + (i + 1) * _REC] for i in range(len(CHECKS))]
-    n, m = acc[2] - acc[3], qagg[4]
+    pack = PACK.split(vals)
+    acc, qagg = ACCUM.split(pack["accum"]), QAGG.split(pack["qagg"])
+    rows = pack["records"]
+    recs = [rows[c * RECORD.size:(c + 1) * RECORD.size] for c in range(CHECK.size)]
+    n, m = acc["updates"] - acc["nonfinite"], qagg["count"]
     nan = float("nan")
     metrics = {
-        "loss_mean": acc[0] / n if n > 0 else nan,
-        "grad_norm_mean": acc[1] / n if n > 0 else nan,
-        "updates": acc[2],
-        "skipped": acc[3],
-        "clip_events": acc[4],
-        "collapse_events": acc[5],
-        "q_min": qagg[0] if m > 0 else nan,
-        "q_max": qagg[1] if m > 0 else nan,
-        "q_mean": qagg[2] / m if m > 0 else nan,
-        "q_all_mean": qagg[3] / m if m > 0 else nan,
-        "divergence_count": vals[11],
-        "divergence_flag": vals[12],
-        "updates_lifetime": vals[-1],
-        "_q_sum": qagg[2],
-        "_q_all_sum": qagg[3],
+        "loss_mean": acc["loss_sum"] / n if n > 0 else nan,
+        "grad_norm_mean": acc["grad_norm_sum"] / n if n > 0 else nan,
+        "updates": acc["updates"],
+        "skipped": acc["nonfinite"],
+        "clip_events": acc["clipped"],
+        "collapse_events": acc["collapse"],
+        "q_min": qagg["min"] if m > 0 else nan,
+        "q_max": qagg["max"] if m > 0 else nan,
+        "q_mean": qagg["mean_sum"] / m if m > 0 else nan,
+        "q_all_mean": qagg["all_mean_sum"] / m if m > 0 else nan,
+        "divergence_count": pack["div_counter"],
+        "divergence_flag": pack["div_flag"],
+        "updates_lifetime": pack["update_index"],
+        "_q_sum": qagg["mean_sum"],
+        "_q_all_sum": qagg["all_mean_sum"],
         "_q_rows": m,
     }
     return metrics, recs
@@ -135,11 +138,11 @@ def combine_ranks(
         out["q_all_mean"] = sum(m["_q_all_sum"] for m, _ in per_rank) / rows if rows > 0 else nan
         out["divergence_count"] = max(m["divergence_count"] for m, _ in per_rank)
         out["divergence_flag"] = max(m["divergence_flag"] for m, _ in per_rank)
-        d = CHECKS.index("divergence")
-        fired = [r[d] for _, r in per_rank if r[d][0] > 0]
+        d = CHECK.offset("divergence")
+        fired = [r[d] for _, r in per_rank if r[d][_SEEN] > 0]
         recs0 = [list(r) for r in recs0]
         if fired:
-            recs0[d] = min(fired, key=lambda rec: rec[1])  # the earliest trigger over the ranks
+            recs0[d] = min(fired, key=lambda rec: rec[_INDEX])  # the earliest trigger over the ranks
     return out, recs0
 
 
@@ -180,17 +183,17 @@ class TrainingGuard:
 
         self.loss, self.grad_norm, self.warmup_done = f32(1), f32(1), f32(1)
         self.clipped_loss, self.loss_scale, self.found_inf = f32(1), f32(1), f32(1)
-        self.flags = torch.zeros(3, dtype=torch.int32, device=dev)
-        self.accum = torch.zeros(6, dtype=torch.float64, device=dev)
-        self.qstats_out = f32(5)
+        self.flags = torch.zeros(FLAGS.size, dtype=torch.int32, device=dev)
+        self.accum = torch.zeros(ACCUM.size, dtype=torch.float64, device=dev)
+        self.qstats_out = f32(QSTATS.size)
         self.div_counter = torch.zeros(1, dtype=torch.int32, device=dev)
         self.div_flag = torch.zeros(1, dtype=torch.int32, device=dev)
-        self.qagg = torch.zeros(5, dtype=torch.float64, device=dev)
-        self.records = torch.zeros((len(CHECKS), _REC), dtype=torch.float64, device=dev)
+        self.qagg = torch.zeros(QAGG.size, dtype=torch.float64, device=dev)
+        self.records = torch.zeros((CHECK.size, RECORD.size), dtype=torch.float64, device=dev)
         self.update_index = torch.zeros(1, dtype=torch.float64, device=dev)
-        self._pack = torch.zeros(_PACK, dtype=torch.float64, device=dev)
-        self._gathered = torch.zeros((self.world_size, _PACK), dtype=torch.float64, device=dev)
-        self._readback = AsyncReadback(self.world_size * _PACK, torch.float64, dev)
+        self._pack = torch.zeros(PACK.size, dtype=torch.float64, device=dev)
+        self._gathered = torch.zeros((self.world_size, PACK.size), dtype=torch.float64, device=dev)
+        self._readback = AsyncReadback(self.world_size * PACK.size, torch.float64, dev)
         self._reset_qagg()
         self._check = kernels.bind_guard_check(
             self.loss, self.grad_norm, self.warmup_done, self.flags, self.clipped_loss, self.loss_scale,
@@ -212,8 +215,8 @@ class TrainingGuard:
 
     def _reset_qagg(self) -> None:
         self.qagg.zero_()
-        self.qagg[0:1].fill_(float("inf"))
-        self.qagg[1:2].fill_(float("-inf"))
+        self.qagg[QAGG.span("min")].fill_(float("inf"))
+        self.qagg[QAGG.span("max")].fill_(float("-inf"))
 
     def bind_q(self, num_rows: int, num_cols: int) -> None:
         """Allocate and validate the Q-stats scratch for a ``[num_rows, num_cols]`` Q (once per shape).
@@ -266,11 +269,10 @@ class TrainingGuard:
 
         Call :meth:`apply_policies` afterwards to warn or raise for the checks that fired.
         """
-        torch.cat(
-            [self.accum, self.qagg, self.div_counter.to(torch.float64), self.div_flag.to(torch.float64),
-             self.records.reshape(-1), self.update_index],
-            out=self._pack,
-        )
+        parts = {"accum": self.accum, "qagg": self.qagg, "div_counter": self.div_counter.to(torch.float64),
+                 "div_flag": self.div_flag.to(torch.float64), "records": self.records.reshape(-1),
+                 "update_index": self.update_index}
+        torch.cat(PACK.ordered(parts), out=self._pack)
         if self.world_size > 1:
             # One collective at the boundary: every rank gets every rank's pack.
             torch.distributed.all_gather(list(self._gathered.unbind(0)), self._pack)
@@ -280,8 +282,8 @@ class TrainingGuard:
         vals = self._readback.wait().tolist()  # host read: the one readback per training iteration
         self.accum.zero_()
         self._reset_qagg()
-        self.records[0:2].zero_()
-        per_rank = [_unpack(vals[r * _PACK:(r + 1) * _PACK]) for r in range(self.world_size)]
+        self.records[CHECK.span("nonfinite", "grad_collapse")].zero_()  # divergence: cleared by apply_policies
+        per_rank = [_unpack(vals[r * PACK.size:(r + 1) * PACK.size]) for r in range(self.world_size)]
         metrics, recs = combine_ranks(per_rank)
         local = per_rank[self.rank][0]
         self.last_local_q = {k: local[k] for k in ("q_min", "q_max", "q_mean", "q_all_mean")}
@@ -303,13 +305,13 @@ class TrainingGuard:
         for check, (hit, policy) in fired.items():
             if not hit:
                 continue
-            rec = recs[CHECKS.index(check)]
-            info = dict(check=check, update_index=int(rec[1]), loss=rec[2], grad_norm=rec[3], q_min=rec[4],
-                        q_max=rec[5])
+            rec = RECORD.split(recs[CHECK.offset(check)])
+            info = dict(check=check, update_index=int(rec["update_index"]), loss=rec["loss"],
+                        grad_norm=rec["grad_norm"], q_min=rec["q_min"], q_max=rec["q_max"])
             if policy == "halt":
                 raise TrainingHalted(**info)
             if policy == "warn":
                 logger.warning(str(TrainingHalted(**info)).replace("training halted by", "guard warning from"))
             if check == "divergence":
                 self.div_flag.zero_()
-                self.records[2].zero_()
+                self.records[CHECK.offset("divergence")].zero_()
