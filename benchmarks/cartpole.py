@@ -3,8 +3,8 @@ against stock RLlib on gymnasium's CartPole-v1, in the same run.
 
 How to run::
 
-    python benchmarks/cartpole.py            # one GPU, ~5 min: throughput, ours learning, stock learning
-    python benchmarks/cartpole.py --quick    # CPU smoke run (small sizes, short budgets), ~1-2 min
+    python -m benchmarks.cartpole            # one GPU, ~5 min: throughput, ours learning, stock learning
+    python -m benchmarks.cartpole --quick    # CPU smoke run (small sizes, short budgets), ~1-2 min
 
 1. Throughput: ``GPUEnvRunner`` on ``"rl_zerosync/CartPole-v1"`` (``--envs`` envs x ``--steps``
    steps per rollout, CUDA graph on a GPU), ``sample()`` (one packed readback to the host) and
@@ -23,19 +23,15 @@ Writes ``benchmarks/results/cartpole.json`` (``--out``; quick: the temp folder).
 """
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
-import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Optional
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import hardware, timed_train, versions, write_json  # noqa: E402
+from benchmarks.common import (parser, print_summary, quick_path, result_header, results_path, timed_train,
+                               write_json)
 
 TARGET = 475.0
 OURS = dict(lr=1e-3, gamma=0.99, n_step=3, train_batch_size_per_learner=256, replay_ratio=2.0,
@@ -186,8 +182,7 @@ def main(argv: Optional[list] = None) -> dict:
     import ray
 
     cpus = os.cpu_count() or 2
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true")
+    p = parser(__doc__, out=None, quick="CPU smoke run: small sizes, short budgets (default --out: the temp folder)")
     p.add_argument("--envs", type=int, default=65_536)
     p.add_argument("--steps", type=int, default=128)
     p.add_argument("--repeats", type=int, default=7)
@@ -198,13 +193,11 @@ def main(argv: Optional[list] = None) -> dict:
     p.add_argument("--budget-s", type=float, default=120.0, help="ours: training seconds at most")
     p.add_argument("--stock-budget-s", type=float, default=150.0)
     p.add_argument("--stock-runners", type=int, default=max(1, min(8, cpus - 2)))
-    p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     if args.quick:
         args.envs, args.steps, args.repeats, args.stock_steps = 256, 16, 3, 2048
         args.budget_s, args.stock_budget_s, args.stock_runners = 20.0, 10.0, 1
-    args.out = args.out or (str(Path(tempfile.gettempdir()) / "cartpole_quick.json") if args.quick
-                            else "benchmarks/results/cartpole.json")
+    args.out = args.out or (quick_path("cartpole") if args.quick else results_path("cartpole"))
     ray.init(address="local", num_cpus=max(2, cpus), include_dashboard=False, log_to_driver=False)
     try:
         ours = bench_ours_runner(args)
@@ -227,12 +220,11 @@ def main(argv: Optional[list] = None) -> dict:
         "ours_time_to_475_s": o["time_to_target_s"], "stock_time_to_475_s": s["time_to_target_s"],
         "stock_budget_s": args.stock_budget_s,
     }
-    result = {"benchmark": "cartpole", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-              "hardware": hardware("cuda" if torch.cuda.is_available() else "cpu"), "versions": versions(),
-              "config": {k: v for k, v in vars(args).items() if k != "out"},
+    result = {**result_header("cartpole", device="cuda" if torch.cuda.is_available() else "cpu", key="benchmark",
+                              config={k: v for k, v in vars(args).items() if k != "out"}),
               "throughput": {"ours": ours, "stock_1_runner": stock1, "stock_all_cores": stock_all},
               "learning": learning, "summary": summary}
-    print({k: v for k, v in summary.items()})
+    print_summary(summary)
     write_json(result, args.out)
     return result
 

@@ -2,12 +2,12 @@
 
 How to run (one GPU; Ray 2.60 installed; times measured on one H200 with 16 cores, 2026-12-01)::
 
-    python benchmarks/e2e.py                       # full: sweep + 3 seeds per side (~17 min)
-    python benchmarks/e2e.py --sweep-only --out /tmp/sweep.json      # the stock sweep alone (~3.5 min)
-    python benchmarks/e2e.py --sweep-from /tmp/sweep.json --seed-list 0 --out /tmp/s0.json   # one seed
+    python -m benchmarks.e2e                       # full: sweep + 3 seeds per side (~17 min)
+    python -m benchmarks.e2e --sweep-only --out /tmp/sweep.json      # the stock sweep alone (~3.5 min)
+    python -m benchmarks.e2e --sweep-from /tmp/sweep.json --seed-list 0 --out /tmp/s0.json   # one seed
     ...                                                      # (~4.5 min each: 150 s stock + evaluation)
-    python benchmarks/e2e.py --merge /tmp/s0.json /tmp/s1.json /tmp/s2.json                 # pool them
-    python benchmarks/e2e.py --quick               # CPU smoke run (configs/smoke.yaml): ~75 s on 2 cores,
+    python -m benchmarks.e2e --merge /tmp/s0.json /tmp/s1.json /tmp/s2.json                 # pool them
+    python -m benchmarks.e2e --quick               # CPU smoke run (configs/smoke.yaml): ~75 s on 2 cores,
                                                    # writes e2e_quick.json in the temp folder
 
 Both sides train on the same synthetic market (the fixed training segment: ``data.regenerate_every``
@@ -42,22 +42,18 @@ goes to ``benchmarks/results/e2e.json`` (``--out``).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
 import statistics
-import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Optional
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import timed_train  # noqa: E402
-from rl_zerosync.evaluate import greedy_policy  # noqa: E402  (the CLI's greedy policy)
+from benchmarks.common import (parser, print_summary, quick_path, result_header, results_path, timed_train,
+                               write_json)
+from rl_zerosync.evaluate import greedy_policy  # the CLI's greedy policy
 
 FORMAT = 2  # e2e.json layout: 2 = seeds + tuned stock (benchmarks/tables.py reads both)
 
@@ -357,9 +353,8 @@ def merge(paths: list, out_path: str) -> dict:
     out = dict(base, ours={"per_seed": ours}, stock={"per_seed": stock}, merged_from=[str(p) for p in paths])
     out["config"] = dict(base["config"], seeds=len(ours))
     out["summary"] = summarize(ours, stock, base["summary"]["target_val_sharpe"], base["summary"]["target_rule"])
-    Path(out_path).parent.mkdir(parents=True, exist_ok=True)
-    Path(out_path).write_text(json.dumps(out, indent=1, default=float) + "\n")
-    print(f"merged {len(ours)} seeds into {out_path}")
+    print(f"merged {len(ours)} seeds")
+    write_json(out, out_path)
     return out
 
 
@@ -370,7 +365,9 @@ def _ints(text: str) -> list:
 
 def main(argv: Optional[list] = None) -> dict:
     cpus = os.cpu_count() or 2
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__, out=None, full_doc=True, quick="CPU-sized smoke run (configs/smoke.yaml)",
+               out_help="JSON path (default benchmarks/results/e2e.json; with --quick e2e_quick.json in the temp "
+                        "folder, so a smoke run never replaces the committed results)")
     p.add_argument("--config", default="configs/local.yaml")
     p.add_argument("--set", action="append", default=[], help="override for both sides: section.key=value")
     p.add_argument("--seeds", type=int, default=3, help="seeds per side (0 .. n-1)")
@@ -392,14 +389,10 @@ def main(argv: Optional[list] = None) -> dict:
     p.add_argument("--sweep-from", default=None, help="reuse the stock_tuned sweep of an earlier JSON")
     p.add_argument("--ours-fresh-series", action="store_true",
                    help="keep the config's data.regenerate_every for ours (stock cannot: not the same data)")
-    p.add_argument("--quick", action="store_true", help="CPU-sized smoke run (configs/smoke.yaml)")
-    p.add_argument("--out", default=None, help="JSON path (default benchmarks/results/e2e.json; with --quick "
-                   "e2e_quick.json in the temp folder, so a smoke run never replaces the committed results)")
     args = p.parse_args(argv)
 
     if args.out is None:
-        args.out = (str(Path(tempfile.gettempdir()) / "e2e_quick.json") if args.quick
-                    else "benchmarks/results/e2e.json")
+        args.out = quick_path("e2e") if args.quick else results_path("e2e")
     if args.merge:
         return merge(args.merge, args.out)
 
@@ -457,16 +450,10 @@ def main(argv: Optional[list] = None) -> dict:
             tt = f"{x['time_to_target_s']['median']:.1f}s" if x["time_to_target_s"] else "not reached"
             print(f"{name:24s}{x['env_steps_per_s']['median']:14,.0f}{x['updates_per_s']['median']:12,.1f}"
                   f"{tt:>13s}{x['best_val_sharpe']['median']:10.3f}{x['test_sharpe']['median']:8.3f}")
-        print("summary:", json.dumps({k: v for k, v in summary.items() if k not in ("ours", "stock")}, indent=1))
+        print_summary({k: v for k, v in summary.items() if k not in ("ours", "stock")})
     a = stock_settings.algo
     out = {
-        "name": "e2e",
-        "format": FORMAT,
-        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "hardware": {"gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-                     "cpu": platform.processor() or platform.machine(), "cpu_count": cpus},
-        "versions": {"torch": torch.__version__, "ray": ray.__version__, "python": platform.python_version()},
-        "config": {
+        **result_header("e2e", device="cuda" if torch.cuda.is_available() else "cpu", config={
             "config": args.config, "quick": args.quick, "overrides": overrides,
             "settings_ours": ours_settings.to_dict(), "seeds": args.seeds,
             "ours_budget_s": args.ours_budget_s, "stock_budget_s": args.stock_budget_s,
@@ -482,15 +469,14 @@ def main(argv: Optional[list] = None) -> dict:
             "differences": ["stock optimizer: torch.optim.Adam (RLlib default); ours: fused AdamW, "
                             f"weight_decay {getattr(a, 'weight_decay', 0.0)}",
                             "stock env runners: SingleAgentEnvRunner on the numpy twin (CPU); ours: GPU env runner"],
-        },
+        }),
+        "format": FORMAT,
         "stock_tuned": tuned,
         "ours": {"per_seed": ours},
         "stock": {"per_seed": stock},
         "summary": summary,
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=1, default=float) + "\n")
-    print(f"wrote {args.out}")
+    write_json(out, args.out)
     return out
 
 

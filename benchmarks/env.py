@@ -1,8 +1,8 @@
 """Benchmark the trading env: batched steps/s on the GPU at 1k, 64k and 1M envs, and the gymnasium twin on CPU.
 
 How to run:
-    python benchmarks/env.py             # one CUDA GPU, about a minute
-    python benchmarks/env.py --quick     # CPU only (batched env at small N + twin), a few seconds
+    python -m benchmarks.env             # one CUDA GPU, about a minute
+    python -m benchmarks.env --quick     # CPU only (batched env at small N + twin), a few seconds
 
 Results to expect: at 1k envs a step is bound by kernel-launch overhead (tens of launches), so the
 CUDA-graph column is several times faster than eager; at 1M envs a step is memory-bound and runs
@@ -18,23 +18,17 @@ with the date, hardware, versions, config, every row and a top-level ``summary``
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
-import json
 import statistics
-import sys
 import time
 from dataclasses import fields
-from pathlib import Path
 from typing import Optional
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import hardware, time_cuda_seconds, time_host_seconds, versions, write_json  # noqa: E402
-from rl_zerosync.envs import BatchedTradingEnv, EnvParams, TradingGymEnv, make_market  # noqa: E402
+from benchmarks.common import (cell, parser, print_summary, print_table, result_header, results_path,
+                               time_cuda_seconds, time_host_seconds, write_json)
+from rl_zerosync.envs import BatchedTradingEnv, EnvParams, TradingGymEnv, make_market
 
 ACTION_BANK = 8  # distinct pre-drawn action rows, cycled
 
@@ -131,40 +125,21 @@ def run(args: argparse.Namespace) -> dict:
         "env_steps_per_s_1k": rows[0]["env_steps_per_s"],
         "twin_steps_per_s": twin,
     }
-    return {
-        "name": "env",
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "hardware": hardware(device),
-        "versions": versions(),
-        "config": config,
-        "batched": rows,
-        "twin": {"device": "cpu", "env": "torch twin", "steps_per_s": twin},  # TradingGymEnv
-        "summary": summary,
-    }
-
-
-def _fmt(v) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:.3e}" if v >= 1e5 else f"{v:.2f}"
-    return str(v)
+    return {**result_header("env", device=device, config=config), "batched": rows,
+            "twin": {"device": "cpu", "env": "torch twin", "steps_per_s": twin},  # TradingGymEnv
+            "summary": summary}
 
 
 def print_tables(result: dict) -> None:
-    cols = ("num_envs", "step_us", "env_steps_per_s", "graph_step_us", "graph_env_steps_per_s")
-    print(f"\nbatched env on {result['hardware']['device']} (median of repeats)")
-    print("  ".join(f"{c:>22}" for c in cols))
-    for row in result["batched"]:
-        print("  ".join(f"{_fmt(row[c]):>22}" for c in cols))
+    print_table(result["batched"], ("num_envs", "step_us", "env_steps_per_s", "graph_step_us", "graph_env_steps_per_s"),
+                width=22, fmt=lambda v: cell(v, sci_at=1e5),
+                title=f"\nbatched env on {result['hardware']['device']} (median of repeats)")
     print(f"\ngymnasium twin (cpu): {result['twin']['steps_per_s']:.0f} steps/s")
-    print("\nsummary:", json.dumps(result["summary"], indent=1))
+    print_summary(result["summary"])
 
 
 def main(argv: Optional[list[str]] = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="CPU only, small sizes")
-    p.add_argument("--out", default="benchmarks/results/env.json", help="JSON output path")
+    p = parser(__doc__, out=results_path("env"), quick="CPU only, small sizes")
     p.add_argument("--assets", type=int, default=16, help="synthetic assets")
     p.add_argument("--bars", type=int, default=20000, help="synthetic bars per asset")
     p.add_argument("--episode-len", type=int, default=256)

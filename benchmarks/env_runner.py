@@ -1,8 +1,8 @@
 """Benchmark GPUEnvRunner against RLlib's stock SingleAgentEnvRunner on the gymnasium twin.
 
 How to run:
-    python benchmarks/env_runner.py            # one CUDA GPU, about 1-2 minutes
-    python benchmarks/env_runner.py --quick    # CPU, small sizes, well under a minute
+    python -m benchmarks.env_runner            # one CUDA GPU, about 1-2 minutes
+    python -m benchmarks.env_runner --quick    # CPU, small sizes, well under a minute
 
 What is measured (both runners built directly from a DQNConfig, no Algorithm, same Q module
 class and size, routed action mode):
@@ -23,7 +23,8 @@ class and size, routed action mode):
   the readback: wall clock around each call (each call ends with its own event wait, so the
   host clock covers the GPU work), median over repeats after warm-up samples.
 * synchronizations per sample: ``torch.cuda.set_sync_debug_mode("warn")`` warnings during one
-  ``sample()`` at every size, plus the explicit event waits (expected: 0 and 1).
+  ``sample()`` at every size, plus the explicit event waits (expected: 0 and 1;
+  ``benchmarks.common.count_syncs``).
 
 Results to expect on one H200: tens of millions of env steps/s at 64k envs (the readback of
 obs dominates ``sample()``; ``sample_device()`` is faster); the graph helps most at small N where
@@ -40,30 +41,22 @@ numpy twin), ``speedup_vs_stock_all_cores`` (ours / the stock runners on every c
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
-import json
 import os
 import statistics
-import sys
 import time
-import warnings
-from pathlib import Path
 from typing import Callable, Optional
 
 import torch
+from ray.rllib.algorithms.dqn import DQNConfig
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from ray.rllib.algorithms.dqn import DQNConfig  # noqa: E402
-from ray.rllib.core.rl_module.rl_module import RLModuleSpec  # noqa: E402
-from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner  # noqa: E402
-
-from common import hardware, versions, write_json  # noqa: E402
-import rl_zerosync.envs  # noqa: E402,F401  (registers the gymnasium ids)
-from rl_zerosync.envs import ENV_ID_IMPORTABLE, TORCH_ENV_ID_IMPORTABLE  # noqa: E402
-from rl_zerosync.env_runner import GPUEnvRunner  # noqa: E402
-from rl_zerosync.module import ZeroSyncQModule  # noqa: E402
+from benchmarks.common import (cell, count_syncs, parser, print_summary, print_table, result_header,
+                               results_path, write_json)
+import rl_zerosync.envs  # noqa: F401  (registers the gymnasium ids)
+from rl_zerosync.envs import ENV_ID_IMPORTABLE, TORCH_ENV_ID_IMPORTABLE
+from rl_zerosync.env_runner import GPUEnvRunner
+from rl_zerosync.module import ZeroSyncQModule
 
 
 def base_config(args: argparse.Namespace) -> DQNConfig:
@@ -144,32 +137,6 @@ def bench_stock_parallel(args: argparse.Namespace, num_runners: int, env_id: str
             "env_steps_per_s": statistics.median(rates)}
 
 
-def count_syncs(fn: Callable[[], object]) -> tuple[int, int]:
-    """(#sync-debug warnings, #explicit event waits) during one call of ``fn`` (CUDA only)."""
-    waits = []
-    original = torch.cuda.Event.synchronize
-
-    def counting(self):
-        waits.append(1)
-        return original(self)
-
-    torch.cuda.Event.synchronize = counting
-    torch.cuda.synchronize()
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            torch.cuda.set_sync_debug_mode("warn")
-            try:
-                fn()
-            finally:
-                torch.cuda.set_sync_debug_mode("default")
-    finally:
-        torch.cuda.Event.synchronize = original
-    # torch warns once per process that sync debug mode is a prototype: not a synchronization.
-    return sum("synchroniz" in str(w.message) and "prototype" not in str(w.message)
-               for w in caught), len(waits)
-
-
 def time_calls(fn: Callable[[], object], *, repeats: int, cuda: bool) -> float:
     """Median wall seconds per call (each call ends with its readback's event wait)."""
     if cuda:
@@ -196,7 +163,7 @@ def bench_ours(args: argparse.Namespace, n: int, graph: bool, device: str) -> di
     per_call = n * args.steps
     host_s = time_calls(runner.sample, repeats=args.repeats, cuda=cuda)
     dev_s = time_calls(runner.sample_device, repeats=args.repeats, cuda=cuda)
-    syncs, waits = count_syncs(runner.sample) if cuda else (None, None)
+    syncs, waits, _ = count_syncs(runner.sample) if cuda else (None, None, None)
     row = {
         "runner": "GPUEnvRunner", "envs": n, "steps": args.steps, "graph": graph and cuda,
         "env_steps_per_call": per_call,
@@ -263,44 +230,24 @@ def run(args: argparse.Namespace) -> dict:
         "goal_met": ours >= 20e6 and ours / stock["env_steps_per_s"] >= 1000,
         "goal_met_all_cores": ours >= 20e6 and ours / stock_all["env_steps_per_s"] >= 1000,
     }
-    return {
-        "name": "env_runner",
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "hardware": hardware("cuda" if cuda else "cpu"),
-        "versions": versions(),
-        "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(args).items()},
-        "stock": stock,
-        "stock_runs": stock_runs,
-        "rows": rows,
-        "summary": summary,
-    }
+    config = {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(args).items()}
+    return {**result_header("env_runner", device="cuda" if cuda else "cpu", config=config),
+            "stock": stock, "stock_runs": stock_runs, "rows": rows, "summary": summary}
 
 
-def _fmt(v) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:.3e}" if abs(v) >= 1e4 or (v != 0 and abs(v) < 1e-2) else f"{v:.3f}"
-    return str(v)
-
-
-def print_table(result: dict) -> None:
+def print_tables(result: dict) -> None:
     print()
     for s in result["stock_runs"]:
         print(f"stock SingleAgentEnvRunner x {s['runners']} ({s['envs']} {s['env']} envs each): "
               f"{s['env_steps_per_s']:.1f} env steps/s")
     cols = ("envs", "steps", "graph", "sample_env_steps_per_s", "sample_device_env_steps_per_s",
             "sample_median_s", "syncs_per_sample", "event_waits_per_sample")
-    print("  ".join(f"{c:>30}" for c in cols))
-    for row in result["rows"]:
-        print("  ".join(f"{_fmt(row[c]):>30}" for c in cols))
-    print("\nsummary:", json.dumps(result["summary"], indent=1))
+    print_table(result["rows"], cols, width=30, fmt=lambda v: cell(v, digits=3, sci_at=1e4, sci_below=1e-2))
+    print_summary(result["summary"])
 
 
 def main(argv: Optional[list[str]] = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="CPU, small sizes")
-    p.add_argument("--out", default="benchmarks/results/env_runner.json", help="JSON output path")
+    p = parser(__doc__, out=results_path("env_runner"), quick="CPU, small sizes")
     p.add_argument("--envs", type=int, nargs="+", default=[1024, 16384, 65536], help="N values")
     p.add_argument("--steps", type=int, default=128, help="T, steps per rollout")
     p.add_argument("--hidden", type=int, nargs="+", default=[256, 256], help="Q network hidden sizes")
@@ -326,7 +273,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
         args.stock_steps = min(args.stock_steps, 300)
         args.stock_repeats = min(args.stock_repeats, 2)
     result = run(args)
-    print_table(result)
+    print_tables(result)
     write_json(result, args.out)
     return result
 

@@ -1,8 +1,8 @@
 """Benchmark the rl_zerosync kernels: launch cost eager vs inside a CUDA graph, Q-stats throughput.
 
 How to run:
-    python benchmarks/kernels.py                 # one CUDA GPU, about 30 s
-    python benchmarks/kernels.py --quick         # CPU, torch twins only, a few seconds
+    python -m benchmarks.kernels                 # one CUDA GPU, about 30 s
+    python -m benchmarks.kernels --quick         # CPU, torch twins only, a few seconds
 
 Results to expect: graph replay removes the per-launch host cost, so ``graph_us`` is a small
 fraction of ``eager_us``; Q-stats beats its torch twin at 1M rows because it reads Q once (the twin
@@ -20,20 +20,15 @@ versions, config, every measurement and a top-level ``summary`` holding
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
-import json
 import statistics
-import sys
-from pathlib import Path
 from typing import Callable, Optional
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from common import hardware, time_cuda_seconds, time_host_seconds, versions, write_json  # noqa: E402
-from rl_zerosync.kernels import Kernels, get_kernels, qstats_scratch_numel  # noqa: E402
-from rl_zerosync.kernels.validate import GUARD_CHECKS, GUARD_RECORD_FIELDS  # noqa: E402
+from benchmarks.common import (parser, print_summary, print_table, result_header, results_path,
+                               time_cuda_seconds, time_host_seconds, write_json)
+from rl_zerosync.kernels import Kernels, get_kernels, qstats_scratch_numel
+from rl_zerosync.kernels.validate import GUARD_CHECKS, GUARD_RECORD_FIELDS
 
 KERNEL_NAMES = ("guard_check", "guard_accumulate", "guard_record", "qstats", "divergence", "epsilon_greedy",
                 "branching_select", "route")
@@ -143,42 +138,20 @@ def run(args: argparse.Namespace) -> dict:
         "twin_eager_us_median": statistics.median(r["twin_eager_us"] for r in launch_rows),
         "qstats_kernel_gb_per_s_1M": by_rows.get(1 << 20, {}).get("kernel_gb_per_s"),
     }
-    return {
-        "name": "kernels",
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "hardware": hardware(device),
-        "versions": versions(),
-        "config": config,
-        "launch": launch_rows,
-        "qstats": qstats_rows,
-        "summary": summary,
-    }
-
-
-def _fmt(v) -> str:
-    if v is None:
-        return "-"
-    return f"{v:.2f}" if isinstance(v, float) else str(v)
+    return {**result_header("kernels", device=device, config=config),
+            "launch": launch_rows, "qstats": qstats_rows, "summary": summary}
 
 
 def print_tables(result: dict) -> None:
-    cols = ("kernel", "twin_eager_us", "eager_us", "graph_us", "graph_speedup_vs_eager")
-    print("\nper-launch cost (us; median of repeats)")
-    print("  ".join(f"{c:>22}" for c in cols))
-    for row in result["launch"]:
-        print("  ".join(f"{_fmt(row[c]):>22}" for c in cols))
-    cols = ("rows", "actions", "twin_us", "kernel_us", "kernel_gb_per_s", "speedup_vs_twin")
-    print("\nqstats (us per call; median of repeats)")
-    print("  ".join(f"{c:>16}" for c in cols))
-    for row in result["qstats"]:
-        print("  ".join(f"{_fmt(row[c]):>16}" for c in cols))
-    print("\nsummary:", json.dumps(result["summary"], indent=1))
+    print_table(result["launch"], ("kernel", "twin_eager_us", "eager_us", "graph_us", "graph_speedup_vs_eager"),
+                width=22, title="\nper-launch cost (us; median of repeats)")
+    print_table(result["qstats"], ("rows", "actions", "twin_us", "kernel_us", "kernel_gb_per_s", "speedup_vs_twin"),
+                width=16, title="\nqstats (us per call; median of repeats)")
+    print_summary(result["summary"])
 
 
 def main(argv: Optional[list[str]] = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="CPU, torch twins only")
-    p.add_argument("--out", default="benchmarks/results/kernels.json", help="JSON output path")
+    p = parser(__doc__, out=results_path("kernels"), quick="CPU, torch twins only")
     p.add_argument("--envs", type=int, default=4096, help="rows of the selection/routing kernels")
     p.add_argument("--actions", type=int, default=45, help="Q columns")
     p.add_argument("--graph-launches", type=int, default=100, help="launches captured in one graph")

@@ -1,8 +1,8 @@
 """Learner update benchmark: stock RLlib DQN update vs the zero-sync learner (eager and graphed).
 
 How to run:
-    python benchmarks/learner.py                 # one GPU, batch sizes 256, 1024, 8192
-    python benchmarks/learner.py --quick         # small, runs on CPU too
+    python -m benchmarks.learner                 # one GPU, batch sizes 256, 1024, 8192
+    python -m benchmarks.learner --quick         # small, runs on CPU too
 
 Variants (same network: the flat ZeroSyncQModule, obs 32 -> 2x256 ReLU -> 45 Q-values, Adam,
 grad clip 40, double DQN, Huber):
@@ -18,7 +18,8 @@ grad clip 40, double DQN, Huber):
 Measured per variant and batch size: median microseconds per update over repeats of K updates
 (CUDA events around the K updates; host clock after synchronize on CPU), updates/s, and
 synchronizing CUDA calls per update (``torch.cuda.set_sync_debug_mode("warn")`` + counted
-warnings). Writes JSON (``--out``, default ``benchmarks/results/learner.json``) with a top-level
+warnings: ``benchmarks.common.count_syncs``). Writes JSON (``--out``, default
+``benchmarks/results/learner.json``) with a top-level
 ``summary``: ``syncs_per_update`` (ours, graphed; max over batch sizes), ``speedup_vs_stock_b256``,
 ``speedup_vs_stock_b8192`` (stock us / graphed us).
 
@@ -27,13 +28,9 @@ stock; graphed >= 30x faster than stock at batch 256 and >= 10x at 8192.
 """
 from __future__ import annotations
 
-import argparse
-import datetime
-import json
 import logging
 import statistics
 import time
-import warnings
 from typing import Callable, Dict, List, Optional
 
 import gymnasium as gym
@@ -45,7 +42,7 @@ from ray.rllib.algorithms.dqn import DQNConfig
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 from ray.rllib.utils.metrics import NUM_AGENT_STEPS_SAMPLED_LIFETIME, NUM_ENV_STEPS_SAMPLED_LIFETIME
 
-from common import hardware, versions, write_json
+from benchmarks.common import count_syncs, parser, print_summary, result_header, results_path, write_json
 from rl_zerosync.learner import ZeroSyncDQNTorchLearner
 from rl_zerosync.module import make_module_spec
 
@@ -108,22 +105,11 @@ def time_updates(run_k: Callable[[], None], k: int, *, repeats: int, warmup: int
     return statistics.median(samples)
 
 
-def count_syncs(run_k: Callable[[], None], k: int, device: torch.device) -> Optional[float]:
-    """Synchronizing CUDA calls per update (None on CPU)."""
+def syncs_per_update(run_k: Callable[[], None], k: int, device: torch.device) -> Optional[float]:
+    """Synchronizing CUDA calls per update over one ``run_k()`` of ``k`` updates (None on CPU)."""
     if device.type != "cuda":
         return None
-    torch.cuda.synchronize()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
-            run_k()
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
-    # torch warns once per process that sync debug mode is a prototype: not a synchronization.
-    n = sum(1 for w in caught
-            if "synchroniz" in str(w.message).lower() and "prototype" not in str(w.message))
-    return n / k
+    return count_syncs(run_k).syncs / k
 
 
 def stock_updates(update: Callable[..., object], batch: int, k: int, device: torch.device) -> Callable[[], None]:
@@ -152,7 +138,7 @@ def bench_stock(batch: int, args, device: torch.device) -> Dict[str, float]:
     group = make_config(batch=batch, hidden=args.hidden, cuda=cuda).build_learner_group(spaces=spaces())
     run_k = stock_updates(group.update, batch, args.k, device)
     us = time_updates(run_k, args.k, repeats=args.repeats, warmup=1, device=device)
-    syncs = count_syncs(run_k, args.k, device)
+    syncs = syncs_per_update(run_k, args.k, device)
     group.shutdown()
     return {"median_us": us, "syncs_per_update": syncs}
 
@@ -168,17 +154,15 @@ def bench_ours(batch: int, graph: bool, args, device: torch.device) -> Dict[str,
         learner.train(args.k)
 
     us = time_updates(run_k, args.k, repeats=args.repeats, warmup=1, device=device)
-    syncs = count_syncs(run_k, args.k, device)
+    syncs = syncs_per_update(run_k, args.k, device)
     metrics = learner.collect_metrics()  # the per-iteration boundary read, outside the timing
     return {"median_us": us, "syncs_per_update": syncs, "skipped": metrics["skipped"],
-            "captured": bool(learner._graphed is not None and learner._graphed.captured)}
+            "captured": learner.graph_captured}
 
 
 def main(argv: Optional[List[str]] = None) -> Dict:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="small sizes; runs on CPU")
+    p = parser(__doc__, out=results_path("learner"), quick="small sizes; runs on CPU")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
-    p.add_argument("--out", default="benchmarks/results/learner.json")
     args = p.parse_args(argv)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cuda" and device.index is None:
@@ -224,19 +208,12 @@ def main(argv: Optional[List[str]] = None) -> Dict:
         and (summary["speedup_vs_stock_b256"] or 0) >= 30
         and (summary["speedup_vs_stock_b8192"] or 0) >= 10
     )
-    result = {
-        "name": "learner",
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-        "hardware": hardware(device),
-        "versions": versions(),
-        "config": {"device": str(device), "quick": args.quick, "batch_sizes": args.batch_sizes,
-                   "updates_per_repeat": args.k, "repeats": args.repeats, "obs_dim": OBS_DIM,
-                   "num_actions": NUM_ACTIONS, "hidden": args.hidden, "replay_capacity": args.capacity,
-                   "stock_input": "device-resident MultiAgentBatch (learner connector not timed)"},
-        "results": rows,
-        "summary": summary,
-    }
-    print("summary:", json.dumps(summary))
+    config = {"device": str(device), "quick": args.quick, "batch_sizes": args.batch_sizes,
+              "updates_per_repeat": args.k, "repeats": args.repeats, "obs_dim": OBS_DIM,
+              "num_actions": NUM_ACTIONS, "hidden": args.hidden, "replay_capacity": args.capacity,
+              "stock_input": "device-resident MultiAgentBatch (learner connector not timed)"}
+    result = {**result_header("learner", device=device, config=config), "results": rows, "summary": summary}
+    print_summary(summary)
     write_json(result, args.out)
     return result
 

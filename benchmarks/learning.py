@@ -2,9 +2,9 @@
 
 How to run (one GPU; Ray 2.60 installed)::
 
-    python benchmarks/learning.py                              # local.yaml, 5 seeds, 1x and 10x budgets
-    python benchmarks/learning.py --quick                      # CPU-sized smoke version
-    python benchmarks/learning.py --sweep                      # the variants that chose local.yaml
+    python -m benchmarks.learning                              # local.yaml, 5 seeds, 1x and 10x budgets
+    python -m benchmarks.learning --quick                      # CPU-sized smoke version
+    python -m benchmarks.learning --sweep                      # the variants that chose local.yaml
 
 For every budget (``run.iterations`` x B) the config trains once per seed (``rl-zerosync train
 --seeds``; ``--parallel`` at a time on the one GPU), the policy is selected on validation
@@ -18,18 +18,15 @@ training iteration of the config. JSON -> ``benchmarks/results/learning.json``; 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import hardware, versions, write_json  # noqa: E402
+from benchmarks.common import parser, result_header, results_path, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -168,7 +165,7 @@ def finish_real(args, runs_dir: Path, procs: dict) -> dict:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = parser(__doc__, out=results_path("learning"), quick="CPU-sized: smoke config, 2 seeds, 1x/2x")
     p.add_argument("--config", default=str(ROOT / "configs" / "local.yaml"))
     p.add_argument("--seeds", default="0,1,2,3,4")
     p.add_argument("--budgets", default="1,10", help="multiples of the config's run.iterations")
@@ -181,9 +178,7 @@ def main() -> int:
     p.add_argument("--sweep", action="store_true", help="run the SWEEP variants (1 budget) instead")
     p.add_argument("--sweep-only", action="append", default=[], help="with --sweep: these variants only")
     p.add_argument("--runs-dir", default=str(ROOT / "runs" / "bench_learning"))
-    p.add_argument("--quick", action="store_true", help="CPU-sized: smoke config, 2 seeds, 1x/2x")
     p.add_argument("--no-timing", action="store_true")
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "learning.json"))
     args = p.parse_args()
     from rl_zerosync.seeds import parse_seeds
     from rl_zerosync.settings import load
@@ -193,11 +188,8 @@ def main() -> int:
         args.config, args.seeds, args.budgets, args.parallel = str(ROOT / "configs" / "smoke.yaml"), "0,1", "1,2", 1
     seeds = parse_seeds(args.seeds)
     base = load(args.config, args.set)
-    result: dict = {
-        "benchmark": "learning", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "hardware": hardware(device), "versions": versions(), "config": args.config, "overrides": args.set,
-        "settings": base.to_dict(), "seeds": seeds,
-    }
+    result: dict = {**result_header("learning", device=device, config=args.config, key="benchmark"),
+                    "overrides": args.set, "settings": base.to_dict(), "seeds": seeds}
     runs_dir = Path(args.runs_dir)
     if args.sweep:
         from concurrent.futures import ThreadPoolExecutor

@@ -2,9 +2,9 @@
 
 How to run (CPU only; GPUs are hidden from the runs even when present)::
 
-    python benchmarks/reliability.py            # everything: ~6 min on 2 idle cores (~9.5 min busy)
-    python benchmarks/reliability.py --quick    # 5 bad inputs + the concurrent-run fault: ~35 s
-    python benchmarks/reliability.py --out FILE --work-dir DIR --keep
+    python -m benchmarks.reliability            # everything: ~6 min on 2 idle cores (~9.5 min busy)
+    python -m benchmarks.reliability --quick    # 5 bad inputs + the concurrent-run fault: ~35 s
+    python -m benchmarks.reliability --out FILE --work-dir DIR --keep
 
 **Bad inputs** -- every case of ``CASES`` in ``tests/test_preflight.py`` (its CSV builders, config
 builder and needles are imported from there, not copied), plus GPU requests on a machine without
@@ -57,8 +57,6 @@ session (Ray's processes of a killed driver) is SIGKILLed by pid.
 """
 from __future__ import annotations
 
-import argparse
-import datetime
 import importlib.util
 import json
 import os
@@ -76,14 +74,14 @@ from typing import Any, Callable, Optional
 
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")  # a CPU benchmark, also on a GPU machine
 
-BENCH = Path(__file__).resolve().parent
-ROOT = BENCH.parent
+from benchmarks.common import parser, result_header, results_path, write_json  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
 TESTS = ROOT / "tests"
 SMOKE = ROOT / "configs" / "smoke.yaml"
-sys.path.insert(0, str(BENCH))
-sys.path.insert(0, str(TESTS))
-
-from common import hardware, versions, write_json  # noqa: E402
+TEST_HELPERS = ("tiny_run",)
+"""Modules of ``tests/`` that the imported test modules import by their bare names (pytest puts
+``tests/`` on ``sys.path``; here they are loaded first, under those names)."""
 
 RAY_BANNER = "Started a local Ray instance"
 QUICK_BAD = ("yaml-type", "not-yaml", "nan-close", "gpu-learner", "gpu-env-runner")
@@ -147,7 +145,11 @@ print("RESULT " + json.dumps({"type": None}), flush=True)
 # ---- the project's test helpers, imported (not copied) -------------------------------------------
 
 def _import_test(name: str):
-    """``tests/<name>.py`` as a module (``tests/`` is on ``sys.path`` for its own imports)."""
+    """``tests/<name>.py`` as a module named ``name``, after the helpers it may import
+    (:data:`TEST_HELPERS`)."""
+    for helper in TEST_HELPERS:
+        if helper != name and helper not in sys.modules:
+            _import_test(helper)
     if name in sys.modules:
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, TESTS / f"{name}.py")
@@ -693,9 +695,8 @@ def _print_table(bad: list[dict], faults: list[dict]) -> None:
 
 
 def main(argv: Optional[list[str]] = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="a few bad inputs and the concurrent-run fault (< 60 s)")
-    p.add_argument("--out", default=str(BENCH / "results" / "reliability.json"))
+    p = parser(__doc__, out=results_path("reliability"),
+               quick="a few bad inputs and the concurrent-run fault (< 60 s)")
     p.add_argument("--work-dir", default=None, help="where the runs go (default: a temporary directory)")
     p.add_argument("--keep", action="store_true", help="keep the work directory (logs of every case)")
     args = p.parse_args(argv)
@@ -761,26 +762,21 @@ def main(argv: Optional[list[str]] = None) -> dict:
         "rows_lost_or_duplicated": sum(f.get("rows_lost_or_duplicated", 0) for f in faults),
     }
     wall = time.perf_counter() - t_start
-    hw = hardware("cpu")
-    hw["cores"] = os.cpu_count()
-    result = {
-        "name": "reliability",
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "hardware": hw,
-        "versions": versions(),
+    result = result_header("reliability", device="cpu", config={
+        "quick": args.quick, "smoke_config": str(SMOKE.relative_to(ROOT)), "fault_iterations": FULL_ITERS,
+        "bad_input_limit_s": limit_s, "bad_input_cases_from": "tests/test_preflight.py CASES (+ GPU requests)",
+        "checkpoint_damage_from": "tests/test_checkpoint_integrity.py DAMAGE",
+        "cuda_visible_devices": "", "named_error": "exit 2, one stderr line 'error: ...' holding the case's "
+        "needles, no traceback, < limit, Ray not started, no run directory created",
+    })
+    result["hardware"]["cores"] = os.cpu_count()
+    result.update({
         "git": _git(),
-        "config": {
-            "quick": args.quick, "smoke_config": str(SMOKE.relative_to(ROOT)), "fault_iterations": FULL_ITERS,
-            "bad_input_limit_s": limit_s, "bad_input_cases_from": "tests/test_preflight.py CASES (+ GPU requests)",
-            "checkpoint_damage_from": "tests/test_checkpoint_integrity.py DAMAGE",
-            "cuda_visible_devices": "", "named_error": "exit 2, one stderr line 'error: ...' holding the case's "
-            "needles, no traceback, < limit, Ray not started, no run directory created",
-        },
         "bad_inputs": bad,
         "faults": faults,
         "summary": summary,
         "wall_s": round(wall, 1),
-    }
+    })
     print(f"\nsummary: {json.dumps(summary)}  ({wall:.0f} s)")
     write_json(result, args.out)
     if not args.keep and args.work_dir is None:

@@ -2,8 +2,8 @@
 
 How to run (a machine with two GPUs; Ray 2.60 installed)::
 
-    python benchmarks/scaling.py            # ~5 min on two H200s
-    python benchmarks/scaling.py --quick    # small sizes (also runs on a CPU: gloo instead of NCCL)
+    python -m benchmarks.scaling            # ~5 min on two H200s
+    python -m benchmarks.scaling --quick    # small sizes (also runs on a CPU: gloo instead of NCCL)
 
 Two sections, each timed the same way for 1 and 2 GPUs:
 
@@ -31,11 +31,7 @@ ranks). JSON goes to ``benchmarks/results/scaling.json``.
 """
 from __future__ import annotations
 
-import argparse
-import datetime
-import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -43,12 +39,10 @@ import ray
 import ray.cloudpickle
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # common.py, learner.py (also when imported)
-
-import common  # noqa: E402
-import learner as learner_bench  # noqa: E402
-from common import hardware, versions, write_json  # noqa: E402
-from rl_zerosync.learner import ZeroSyncDQNTorchLearner  # noqa: E402
+from benchmarks import common
+from benchmarks import learner as learner_bench
+from benchmarks.common import parser, print_summary, result_header, results_path, write_json
+from rl_zerosync.learner import ZeroSyncDQNTorchLearner
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNNER_TIMERS = ("rollout_enqueue_timer", "rollout_readback_timer", "rollout_put_timer")
@@ -80,7 +74,7 @@ def _rank_rollout(t_len: int, n_envs: int, rank: int) -> dict:
 
 def _device_record(learner) -> dict:
     """Where this rank runs: its torch device, CUDA index, Ray GPU ids and the GPU's name / UUID."""
-    dev = learner._device
+    dev = learner.device
     rec = {"rank": _rank(), "device": str(dev), "cuda_index": None,
            "gpu_ids": [str(i) for i in ray.get_gpu_ids()]}
     if dev.type == "cuda":
@@ -105,27 +99,27 @@ def _check_devices(per_rank: list, cuda: bool) -> None:
 
 
 def _ours_in_actor(learner, *, k: int, repeats: int, capacity: int) -> dict:
-    dev = learner._device
+    dev = learner.device
     rank = _rank()
     rollout = _rank_rollout(max(1, capacity // 1000), 1000, rank)
     learner.replay.add(rollout)
     learner.train(k)  # warm-up (and graph capture: DDP needs 11 eager updates first)
     learner.collect_metrics()
     us = learner_bench.time_updates(lambda: learner.train(k), k, repeats=repeats, warmup=0, device=dev)
-    syncs = learner_bench.count_syncs(lambda: learner.train(k), k, dev)
+    syncs = learner_bench.syncs_per_update(lambda: learner.train(k), k, dev)
     metrics = learner.collect_metrics()
     return {**_device_record(learner), "sec_per_update": us * 1e-6, "syncs_per_update": syncs,
             "skipped": metrics["skipped"],
-            "captured": bool(learner._graphed is not None and learner._graphed.captured),
+            "captured": learner.graph_captured,
             "rollout_seed": 1000 + rank, "rollout_reward_sum": float(rollout["rewards"].sum()),
             "replay_seed": learner.replay.seed}
 
 
 def _stock_in_actor(learner, *, k: int, repeats: int, batch: int) -> dict:
-    dev = learner._device
+    dev = learner.device
     run_k = learner_bench.stock_updates(learner.update, batch, k, dev)
     us = learner_bench.time_updates(run_k, k, repeats=repeats, warmup=1, device=dev)
-    syncs = learner_bench.count_syncs(run_k, k, dev)
+    syncs = learner_bench.syncs_per_update(run_k, k, dev)
     return {**_device_record(learner), "sec_per_update": us * 1e-6, "syncs_per_update": syncs}
 
 
@@ -249,9 +243,7 @@ def bench_e2e(args, gpus: int, cuda: bool) -> dict:
 
 
 def main(argv=None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="small sizes (CPU smoke run)")
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "scaling.json"))
+    p = parser(__doc__, out=results_path("scaling"), quick="small sizes (CPU smoke run)")
     p.add_argument("--skip-learner", action="store_true")
     p.add_argument("--skip-e2e", action="store_true")
     args = p.parse_args(argv)
@@ -268,14 +260,9 @@ def main(argv=None) -> dict:
     args.warm, args.iters = (1, 3) if q else (5, 20)
     args.cpus = 6 if q else 16
 
-    result = {
-        "benchmark": "scaling",
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "hardware": hardware("cuda" if cuda else "cpu"),
-        "gpu_count": torch.cuda.device_count() if cuda else 0,
-        "versions": versions(),
-        "config": {k: v for k, v in vars(args).items() if k not in ("out",)},
-    }
+    result = {**result_header("scaling", device="cuda" if cuda else "cpu", key="benchmark",
+                              config={k: v for k, v in vars(args).items() if k not in ("out",)}),
+              "gpu_count": torch.cuda.device_count() if cuda else 0}
     if cuda:
         result["hardware"]["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     learner_rows = []
@@ -306,7 +293,7 @@ def main(argv=None) -> dict:
     stock2 = [r for r in learner_rows if r["variant"] == "stock" and r["gpus"] == 2]
     if ours2 and stock2:
         summary["ddp_update_speedup_vs_stock"] = stock2[0]["us_per_update"] / ours2[0]["us_per_update"]
-    print("summary:", json.dumps(summary, indent=1))
+    print_summary(summary)
     result.update({"learner": learner_rows, "e2e": e2e_rows, "summary": summary})
     write_json(result, args.out)
     return result

@@ -1,6 +1,6 @@
 """Projection of the two-GPU measurement (``results/scaling.json``) to 8 and 64 GPUs.
 
-How to run: ``python benchmarks/scaling_model.py [--results benchmarks/results/scaling.json]``
+How to run: ``python -m benchmarks.scaling_model [--results benchmarks/results/scaling.json]``
 (pure arithmetic, no GPU; prints markdown for ``docs/scaling.md`` and writes
 ``benchmarks/results/scaling_model.json``).
 
@@ -33,7 +33,7 @@ import json
 import math
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchmarks.common import results_path, write_json
 
 
 def model_params(obs_dim: int, hidden: list, outputs: int) -> int:
@@ -62,8 +62,8 @@ def allreduce_s(n: int, *, gpus_per_node: int, grad_bytes: float, c_ddp: float, 
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--results", default=str(ROOT / "benchmarks" / "results" / "scaling.json"))
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "scaling_model.json"))
+    p.add_argument("--results", default=results_path("scaling"))
+    p.add_argument("--out", default=results_path("scaling_model"), help="JSON output path")
     p.add_argument("--obs-dim", type=int, default=20, help="observation size of configs/two_gpu.yaml")
     p.add_argument("--outputs", type=int, default=5, help="Q outputs (routed: 5 exposures)")
     p.add_argument("--gpus-per-node", type=int, default=8)
@@ -129,8 +129,7 @@ def main(argv=None) -> dict:
               f"{x['env_steps_per_s'] / 1e6:.1f} M | {x['efficiency']:.2f} | {x['allreduce_us']:.0f} | "
               f"{x['rollout_gb_per_s_per_runner']:.2f} | {x['weights_mb_per_s_from_driver']:.0f} | "
               f"{x['ddp_gb_per_s_per_gpu']:.2f} |")
-    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
-    print(f"\nwrote {args.out}")
+    write_json(out, args.out)
     return out
 
 

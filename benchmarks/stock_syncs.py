@@ -2,8 +2,8 @@
 
 How to run (CPU is enough; no GPU is used even when one is present)::
 
-    python benchmarks/stock_syncs.py            # learner.py's stock row + CartPole DQN, ~1 min on 2 cores
-    python benchmarks/stock_syncs.py --quick    # 6 updates each
+    python -m benchmarks.stock_syncs            # learner.py's stock row + CartPole DQN, ~1 min on 2 cores
+    python -m benchmarks.stock_syncs --quick    # 6 updates each
 
 The probe (the method of ``RLLIB_NOTES.md`` section 2) replaces ``torch.Tensor.__bool__ / item /
 cpu / numpy / tolist / __float__ / __int__ / __index__ / __array__ / nonzero``, ``.to(cpu)``,
@@ -48,13 +48,10 @@ the ``isfinite(grad).all()`` checks) + 15 from ``metrics.reduce()`` (7 mean metr
 """
 from __future__ import annotations
 
-import argparse
 import collections
-import datetime
 import linecache
 import logging
 import os
-import sys
 import sysconfig
 import time
 import traceback
@@ -65,9 +62,7 @@ os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")  # a CPU probe, also on a GPU 
 
 import torch  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import hardware, versions, write_json  # noqa: E402
+from benchmarks.common import local_learner, parser, result_header, results_path, write_json  # noqa: E402
 
 _SITE = sysconfig.get_paths()["purelib"]
 _THIS = os.path.abspath(__file__)
@@ -257,7 +252,8 @@ def optimizer_step_ids(learner) -> Callable[[], set]:
     """Ids of the optimizers' ``step`` tensors (host-resident for non-fused, non-capturable Adam)."""
     def ids() -> set:
         out = set()
-        for opt in learner._named_optimizers.values():
+        optimizers = [opt for mid in learner.module.keys() for _, opt in learner.get_optimizers_for_module(mid)]
+        for opt in optimizers:
             for st in opt.state.values():
                 s = st.get("step")
                 if isinstance(s, torch.Tensor) and s.device.type == "cpu" and not _device_step(opt):
@@ -303,12 +299,12 @@ def summarize(probe: SyncProbe, *, warmup: int) -> dict:
 
 def probe_learner_bench(updates: int, batch: int) -> dict:
     """The stock row of ``benchmarks/learner.py``, built with its own functions."""
-    import learner as lb
+    from benchmarks import learner as lb
 
     device = torch.device("cpu")
     hidden = [256, 256]
     group = lb.make_config(batch=batch, hidden=hidden, cuda=False).build_learner_group(spaces=lb.spaces())
-    learner = group._learner
+    learner = local_learner(group)
     with SyncProbe(optimizer_step_ids(learner)) as probe:
         probe.watch_update(group)
         probe.watch_metrics()
@@ -341,7 +337,7 @@ def probe_cartpole(updates: int, batch: int, *, skip_nan: bool) -> dict:
            .framework(torch_skip_nan_gradients=skip_nan)
            .debugging(seed=0))
     algo = cfg.build_algo()
-    learner = algo.learner_group._learner
+    learner = local_learner(algo.learner_group)
     mid = next(iter(learner.module.keys()))
     steps = 0
     try:
@@ -379,10 +375,8 @@ def _print(name: str, r: dict) -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="fewer updates")
+    p = parser(__doc__, out=results_path("stock_syncs"), quick="fewer updates")
     p.add_argument("--updates", type=int, default=None, help="updates probed per learner (default 50, quick 6)")
-    p.add_argument("--out", default="benchmarks/results/stock_syncs.json")
     args = p.parse_args(argv)
     n = args.updates or (6 if args.quick else 50)
     logging.getLogger("ray").setLevel(logging.ERROR)
@@ -401,13 +395,10 @@ def main(argv: Optional[List[str]] = None) -> dict:
     for name, r in learners.items():
         _print(name, r)
     result = {
-        "name": "stock_syncs",
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **result_header("stock_syncs", device="cpu",
+                        config={"quick": args.quick, "updates": n, "warmup_updates_excluded": 1}),
         "probe": "CPU sync probe (RLLIB_NOTES.md section 2): calls that force a device->host sync when the "
                  "tensor is on CUDA, recorded on the CPU; the sites are the same on a GPU learner",
-        "hardware": hardware("cpu"),
-        "versions": versions(),
-        "config": {"quick": args.quick, "updates": n, "warmup_updates_excluded": 1},
         "learners": learners,
         "summary": {name: r["syncs_per_update"] for name, r in learners.items()},
     }

@@ -1,6 +1,6 @@
 """Print the README's results tables (markdown) from ``benchmarks/results/*.json``.
 
-How to run: ``python benchmarks/tables.py [--dir benchmarks/results]``.
+How to run: ``python -m benchmarks.tables [--dir benchmarks/results]``.
 
 Every table in the README's "Results" section is printed here, from the JSON named in
 :data:`TABLES`, with the README's labels; ``tests/test_readme_tables.py`` checks that each printed

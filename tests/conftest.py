@@ -1,8 +1,25 @@
-"""Shared pytest setup: GPU-marked tests skip cleanly without CUDA, multigpu ones with < 2 GPUs."""
+"""Shared pytest setup.
+
+* GPU-marked tests skip cleanly without CUDA, ``multigpu`` ones with fewer than two GPUs.
+* Ray, started and stopped in one place:
+
+  - ``ray_local`` (module scope): one Ray instance for the whole test module, started with
+    ``ray.init(include_dashboard=False, **RAY_INIT)``; ``RAY_INIT`` is a dict the test module may
+    define, default :data:`RAY_LOCAL` (an own local instance with 2 CPUs). Modules whose every test
+    needs Ray use it with ``pytestmark = pytest.mark.usefixtures("ray_local")``.
+  - ``ray_instance``: a context manager, ``with ray_instance(**kwargs):``, for Ray around one block
+    (a module fixture that trains once and stops Ray again, a test that starts its own instance).
+"""
 from __future__ import annotations
+
+import contextlib
+from typing import Iterator
 
 import pytest
 import torch
+
+RAY_LOCAL = {"address": "local", "num_cpus": 2}
+"""``ray.init`` arguments of ``ray_local`` in modules that define no ``RAY_INIT``."""
 
 
 def pytest_collection_modifyitems(config, items):
@@ -14,3 +31,29 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
         elif "multigpu" in item.keywords and gpus < 2:
             item.add_marker(skip_multi)
+
+
+@contextlib.contextmanager
+def _ray_running(**init_kwargs) -> Iterator[None]:
+    """``ray.init(include_dashboard=False, **init_kwargs)``, then ``ray.shutdown()`` however the block ends."""
+    import ray  # imported here: most test modules never start Ray
+
+    ray.init(include_dashboard=False, **init_kwargs)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def ray_instance():
+    """``with ray_instance(**ray_init_kwargs):`` runs Ray for the block (``include_dashboard=False``)."""
+    return _ray_running
+
+
+@pytest.fixture(scope="module")
+def ray_local(request) -> Iterator[None]:
+    """Ray for the whole test module: ``ray.init(include_dashboard=False, **RAY_INIT)`` (the module's
+    ``RAY_INIT``, else :data:`RAY_LOCAL`), ``ray.shutdown()`` after its last test."""
+    with _ray_running(**getattr(request.module, "RAY_INIT", RAY_LOCAL)):
+        yield

@@ -38,7 +38,7 @@ def ddp_learner_config(*, num_gpus_per_learner: float, graph: bool = True, batch
 
 
 def _flat_params(learner) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1) for p in learner._params])
+    return torch.cat([p.detach().reshape(-1) for p in learner.params])
 
 
 def run_with_nan_on_one_rank(learner, *, updates: int = 100, nan_rank: int = 1, nan_at: int = 50,
@@ -49,7 +49,7 @@ def run_with_nan_on_one_rank(learner, *, updates: int = 100, nan_rank: int = 1, 
     import ray as _ray
 
     rank = torch.distributed.get_rank()
-    dev = learner._device
+    dev = learner.device
     cuda = dev.type == "cuda"
     g = torch.Generator().manual_seed(100 + rank)
     t, n = 16, 64
@@ -87,7 +87,7 @@ def run_with_nan_on_one_rank(learner, *, updates: int = 100, nan_rank: int = 1, 
         "rank": rank,
         "device": str(dev),
         "gpu_ids": [str(i) for i in _ray.get_gpu_ids()],
-        "graph_captured": bool(learner._graphed is not None and learner._graphed.captured),
+        "graph_captured": bool(learner.graph_captured),
         "warm_metrics": warm_metrics,
         "metrics": metrics,
         "local_q": learner.guard.last_local_q,

@@ -26,5 +26,5 @@ def rollout(t_len=6, n_envs=4, *, reward=None, seed=0, n_actions=45):
 
 def snapshot(learner):
     """(parameter copies, deep copy of the optimizer state)."""
-    params = [p.detach().clone() for p in learner._params]
-    return params, copy.deepcopy(learner._optimizer.state_dict()["state"])
+    params = [p.detach().clone() for p in learner.params]
+    return params, copy.deepcopy(learner.optimizer.state_dict()["state"])

@@ -3,21 +3,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-import ray
 import torch
 
 from rl_zerosync.algorithm import ZeroSyncDQN, updates_for
 from rl_zerosync.settings import load, to_rllib_config
 
 SMOKE = Path(__file__).resolve().parent.parent / "configs" / "smoke.yaml"
-
-
-@pytest.fixture(scope="module")
-def ray_local():
-    ray.init(address="local", num_cpus=2, include_dashboard=False)
-    yield
-    ray.shutdown()
 
 
 def test_updates_for_replay_ratio():
@@ -47,17 +38,17 @@ def test_checkpoint_restores_learner_replay(ray_local, tmp_path):
     try:
         for _ in range(2):
             algo.train()
-        size = algo.learner_group._learner.replay.size
-        updates = algo.learner_group._learner.collect_metrics()["updates_lifetime"]
+        size = algo.local_learner.replay.size
+        updates = algo.local_learner.collect_metrics()["updates_lifetime"]
         assert size > 0 and updates > 0
         algo.save_to_path(str(tmp_path / "ckpt"))
     finally:
         algo.stop()
     fresh = to_rllib_config(load(SMOKE)).build_algo()
     try:
-        assert fresh.learner_group._learner.replay.size == 0
+        assert fresh.local_learner.replay.size == 0
         fresh.restore_from_path(str(tmp_path / "ckpt"))
-        learner = fresh.learner_group._learner
+        learner = fresh.local_learner
         assert learner.replay.size == size
         assert learner.collect_metrics()["updates_lifetime"] == updates
         assert fresh.iteration == 2
@@ -68,7 +59,7 @@ def test_checkpoint_restores_learner_replay(ray_local, tmp_path):
 def _replay_fingerprints(algo) -> dict:
     def fingerprint(learner):
         r = learner.replay
-        rows = r._packed[: r.size].to(torch.int64)
+        rows = r.packed[: r.size].to(torch.int64)
         return torch.distributed.get_rank(), (r.size, r.ptr, int(rows.sum()), int((rows * rows).sum()))
 
     return dict(res.get() for res in algo.learner_group.foreach_learner(fingerprint))

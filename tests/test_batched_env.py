@@ -5,19 +5,11 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
-import ray
 import torch
 
 from rl_zerosync.algorithm import ZeroSyncDQNConfig
 from rl_zerosync.envs import BatchedCartPole, BatchedEnv, register_batched_env
 from rl_zerosync.envs.protocol import CARTPOLE_ENV_ID, resolve_batched_env
-
-
-@pytest.fixture(scope="module")
-def ray_local():
-    ray.init(address="local", num_cpus=2, include_dashboard=False)
-    yield
-    ray.shutdown()
 
 
 def _config(env, *, num_envs=32, T=16, model=None, **training):

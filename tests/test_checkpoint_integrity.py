@@ -8,7 +8,6 @@ import json
 import shutil
 
 import pytest
-import ray
 
 from rl_zerosync.checkpoints import (
     BEST_DIR, CHECKPOINT_DIR, KEEP_LAST, MANIFEST_FILE, CheckpointError, checkpoint_candidates,
@@ -17,6 +16,7 @@ from rl_zerosync.checkpoints import (
 from rl_zerosync.settings import from_dict
 from tiny_run import tiny_raw
 
+pytestmark = pytest.mark.usefixtures("ray_local")  # one Ray instance (conftest) for the module
 BASE = tiny_raw({"iterations": 3, "checkpoint_every": 1, "eval_every": 3, "evaluate": False})
 WEIGHTS = "learner_group/learner/rl_module/default_policy/module_state.pkl"
 
@@ -29,13 +29,6 @@ def settings(tmp, name, **run):
 
 def iterations(run_dir):
     return [json.loads(x)["iteration"] for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_instance():
-    ray.init(address="local", num_cpus=2, include_dashboard=False)
-    yield
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")

@@ -22,18 +22,17 @@ from rl_zerosync.algorithm import PHASE_TIMES, ZeroSyncDQN, _env_shard
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 T, N, MARK = 6, 8, 4242.0
+# conftest's ray_local: 2 CPUs for the group's learners, 3 more for the algorithm test (logical CPUs)
+RAY_INIT = {"num_cpus": 6, "ignore_reinit_error": True}
 
 
 @pytest.fixture(scope="module")
-def group():
+def group(ray_local):
     from ddp_helpers import SPACES, ddp_learner_config
 
-    # 2 CPUs for this group's learners, 3 more for the algorithm test (logical CPUs)
-    ray.init(num_cpus=6, include_dashboard=False, ignore_reinit_error=True)
     g = ddp_learner_config(num_gpus_per_learner=0, graph=False).build_learner_group(spaces=SPACES)
     yield g
     g.shutdown()
-    ray.shutdown()
 
 
 def marked_rollout(tag: float, n: int = N) -> dict:
@@ -157,7 +156,7 @@ def test_algorithm_one_runner_two_learners_splits_the_rollout(group):
 
         def shard(learner):
             r = learner.replay
-            rows = r._packed[: r.size].to(torch.int64)
+            rows = r.packed[: r.size].to(torch.int64)
             return torch.distributed.get_rank(), (r.size, r.seed, int(rows.sum()), int((rows * rows).sum()))
 
         got = _per_rank(algo.learner_group, shard)

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import pytest
-import ray
 import torch
+from bench_module import bench_module
 from ray.rllib.algorithms.dqn import DQNConfig
 from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
@@ -14,11 +14,8 @@ from rl_zerosync.env_runner import GPUEnvRunner
 from rl_zerosync.module import ZeroSyncQModule
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    ray.init(num_cpus=1, include_dashboard=False, ignore_reinit_error=True)
-    yield
-    ray.shutdown()
+RAY_INIT = {"num_cpus": 1, "ignore_reinit_error": True}  # conftest's ray_local
+local_learner = bench_module("common").local_learner
 
 
 @pytest.mark.parametrize("mode", ["routed", "flat"])
@@ -51,7 +48,7 @@ def test_stock_dqn_trains_two_iterations(ray_local, tmp_path, mode):
         assert torch.isfinite(torch.tensor(float(learner["qf_loss"])))
         # The learner's weights reached the runner (in place, same storage).
         ptrs = [p.data_ptr() for p in runner.module.parameters()]
-        learner_module = algo.learner_group._learner.module[DEFAULT_MODULE_ID]
+        learner_module = local_learner(algo.learner_group).module[DEFAULT_MODULE_ID]
         for a, b in zip(runner.module.q_net.parameters(), learner_module.q_net.parameters()):
             assert torch.equal(a, b.detach())
         ckpt = algo.save_to_path(tmp_path / "algo")

@@ -14,10 +14,9 @@ differently, so a near-tie may break the other way; later steps of that env then
 """
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
+from bench_module import bench_module
 from ray.rllib.algorithms.dqn import DQNConfig
 from ray.rllib.core import COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
@@ -26,6 +25,7 @@ from rl_zerosync.env_runner import GPUEnvRunner
 from rl_zerosync.module import ZeroSyncQModule
 
 pytestmark = pytest.mark.gpu
+count_syncs = bench_module("common").count_syncs  # (sync warnings in mode "warn", event waits, result)
 
 DATA = {"num_assets": 4, "num_bars": 4000, "seed": 1}
 
@@ -46,40 +46,15 @@ def make_runner(mode="routed", n=1024, t=32, device="cuda", **runner):
     return GPUEnvRunner(config=cfg, worker_index=1)
 
 
-def count_syncs(fn, monkeypatch):
-    """Runs ``fn`` under sync debug mode "warn": (#sync warnings, #explicit event waits, result)."""
-    waits = []
-    original = torch.cuda.Event.synchronize
-
-    def counting(self):
-        waits.append(1)
-        return original(self)
-
-    monkeypatch.setattr(torch.cuda.Event, "synchronize", counting)
-    torch.cuda.synchronize()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
-            result = fn()
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
-    monkeypatch.setattr(torch.cuda.Event, "synchronize", original)
-    # torch warns once per process that sync debug mode is a prototype: not a synchronization.
-    syncs = [str(w.message) for w in caught
-             if "synchroniz" in str(w.message) and "prototype" not in str(w.message)]
-    return len(syncs), len(waits), result
-
-
 @pytest.mark.parametrize("mode", ["routed", "flat", "branching"])
 @pytest.mark.parametrize("graph", [False, True])
-def test_one_readback_and_no_sync_per_sample(mode, graph, monkeypatch):
+def test_one_readback_and_no_sync_per_sample(mode, graph):
     r = make_runner(mode, graph=graph)
     assert r.device.type == "cuda"
     r.sample()  # warm-up: kernel compilation, pinned buffers; graph capture when graph=True
     r.sample_device()
     for fn in (r.sample, r.sample_device, r.sample):
-        syncs, waits, out = count_syncs(fn, monkeypatch)
+        syncs, waits, out = count_syncs(fn)
         assert syncs == 0
         assert waits == 1
         assert out["actions"].shape == (32, 1024)
@@ -92,10 +67,10 @@ def test_one_readback_and_no_sync_per_sample(mode, graph, monkeypatch):
         torch.cuda.set_sync_debug_mode("default")
 
 
-def test_episode_output_has_no_sync(monkeypatch):
+def test_episode_output_has_no_sync():
     r = make_runner("routed", n=64, t=16, output="episodes")
     r.sample()
-    syncs, waits, episodes = count_syncs(r.sample, monkeypatch)
+    syncs, waits, episodes = count_syncs(r.sample)
     assert (syncs, waits) == (0, 1)
     assert sum(len(e) for e in episodes) == 64 * 16
 

@@ -31,10 +31,8 @@ def _prices(n: int, seed: int = 0) -> pd.DataFrame:
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def run(tmp_path_factory, ray_instance):
     """A run trained for one iteration on a dated CSV with its own column names."""
-    import ray
-
     from rl_zerosync.settings import from_dict
     from rl_zerosync.train import train
 
@@ -47,11 +45,8 @@ def run(tmp_path_factory):
             "split": [TRAIN_FRACTION, 0.15, 0.15]}
     raw = tiny_raw({"iterations": 1, "checkpoint_every": 0, "evaluate": False, "dir": str(tmp), "name": "r"})
     raw["data"] = data
-    ray.init(address="local", num_cpus=2, include_dashboard=False)
-    try:
+    with ray_instance(address="local", num_cpus=2):
         train(from_dict(raw))
-    finally:
-        ray.shutdown()
     return {"dir": tmp / "r", "tmp": tmp, "frame": frame, "csv": csv}
 
 

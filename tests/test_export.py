@@ -44,23 +44,18 @@ def _write_csv(path: Path) -> pd.DataFrame:
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
+def setup(tmp_path_factory, ray_instance):
     """{"frame": the bars, "routed"/"flat"/"branching": run directories}."""
     tmp = tmp_path_factory.mktemp("export")
     frame = _write_csv(tmp / "bars.csv")
     raw = json.loads(json.dumps(SETTINGS))
     raw["data"]["paths"] = [str(tmp / "bars.csv")]
     raw["run"]["dir"] = str(tmp)
-    import ray
-
     from rl_zerosync.settings import from_dict
     from rl_zerosync.train import train
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False)
-    try:
+    with ray_instance(address="local", num_cpus=2):
         train(from_dict(raw))
-    finally:
-        ray.shutdown()
     runs = {"frame": frame, "routed": tmp / "r"}
     for mode in ("flat", "branching"):
         runs[mode] = _fabricate(tmp / mode, raw, mode)

@@ -59,8 +59,8 @@ def test_state_round_trip_then_identical_training(tmp_path):
     b = build_learner()
     b.set_state(state)
     check_same(a, b)
-    assert b._updates == 6 and b._target_updates == 1
-    opt_a, opt_b = a._optimizer.state_dict()["state"], b._optimizer.state_dict()["state"]
+    assert b.updates == 6 and b.target_updates == 1
+    opt_a, opt_b = a.optimizer.state_dict()["state"], b.optimizer.state_dict()["state"]
     for k in opt_a:
         for name in ("step", "exp_avg", "exp_avg_sq"):
             assert torch.equal(opt_a[k][name].cpu(), opt_b[k][name].cpu())

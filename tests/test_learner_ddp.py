@@ -9,7 +9,6 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
-import ray
 import torch
 
 from ray.rllib.algorithms.dqn import DQNConfig
@@ -18,14 +17,10 @@ from rl_zerosync.learner import ZeroSyncDQNTorchLearner
 from rl_zerosync.module import make_module_spec
 
 
-@pytest.fixture(scope="module")
-def ray_two_cpus():
-    ray.init(num_cpus=2, include_dashboard=False, ignore_reinit_error=True)
-    yield
-    ray.shutdown()
+RAY_INIT = {"num_cpus": 2, "ignore_reinit_error": True}  # conftest's ray_local
 
 
-def test_two_learners_stay_identical(ray_two_cpus):
+def test_two_learners_stay_identical(ray_local):
     cfg = (
         DQNConfig()
         .training(lr=1e-3, gamma=0.9, n_step=1, train_batch_size_per_learner=8, target_network_update_freq=3)
@@ -49,7 +44,7 @@ def test_two_learners_stay_identical(ray_two_cpus):
             "truncateds": torch.zeros(4, 8, dtype=torch.bool),
         })
         learner.train(6)
-        return rank, learner.collect_metrics(), [p.detach().clone() for p in learner._params]
+        return rank, learner.collect_metrics(), [p.detach().clone() for p in learner.params]
 
     group = cfg.build_learner_group(spaces=spaces)
     try:
@@ -65,7 +60,7 @@ def test_two_learners_stay_identical(ray_two_cpus):
         assert torch.equal(a, b)
 
 
-def test_nan_on_one_rank_is_skipped_on_both(ray_two_cpus):
+def test_nan_on_one_rank_is_skipped_on_both(ray_local):
     """100 updates over gloo with NaN rewards on rank 1 for one update: both ranks skip it."""
     from ddp_helpers import SPACES, check_nan_run, ddp_learner_config, run_with_nan_on_one_rank
 

@@ -2,20 +2,15 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
-import ray
-
+from bench_module import bench_module
 from ray.rllib.algorithms.dqn import DQNConfig
 from ray.rllib.utils.metrics import LEARNER_RESULTS
 
 from rl_zerosync.learner import ZeroSyncDQNTorchLearner
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    ray.init(num_cpus=1, include_dashboard=False, ignore_reinit_error=True)
-    yield
-    ray.shutdown()
+RAY_INIT = {"num_cpus": 1, "ignore_reinit_error": True}  # conftest's ray_local
+local_learner = bench_module("common").local_learner
 
 
 def test_stock_dqn_with_zero_sync_learner(ray_local):
@@ -37,15 +32,15 @@ def test_stock_dqn_with_zero_sync_learner(ray_local):
     )
     algo = config.build_algo()
     try:
-        learner = algo.learner_group._learner
+        learner = local_learner(algo.learner_group)
         assert isinstance(learner, ZeroSyncDQNTorchLearner)
-        before = [p.detach().clone() for p in learner._params]
+        before = [p.detach().clone() for p in learner.params]
         for _ in range(2):
             results = algo.train()
         zs = results[LEARNER_RESULTS]["default_policy"]["zerosync"]
         assert zs["updates"] == 1.0 and zs["skipped"] == 0.0
         assert np.isfinite(zs["loss_mean"]) and np.isfinite(zs["q_max"])
         assert zs["updates_lifetime"] >= 2.0
-        assert any(not (a == p.detach()).all() for a, p in zip(before, learner._params))
+        assert any(not (a == p.detach()).all() for a, p in zip(before, learner.params))
     finally:
         algo.stop()

@@ -6,7 +6,6 @@ import copy
 import gymnasium as gym
 import numpy as np
 import pytest
-import ray
 import torch
 
 from ray.rllib.algorithms.dqn import DQNConfig
@@ -14,18 +13,13 @@ from ray.rllib.algorithms.dqn import DQNConfig
 from rl_zerosync.learner import DeviceReplayBuffer, ZeroSyncDQNTorchLearner
 from rl_zerosync.module import make_module_spec
 
-pytestmark = pytest.mark.gpu
+# RLlib's get_device() consults the Ray runtime context for the learner's GPU: Ray runs for the whole
+# module (conftest's ray_local with these ray.init arguments).
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("ray_local")]
+RAY_INIT = {"num_cpus": 8, "ignore_reinit_error": True}
 
 OBS_DIM = 16
 T_LEN, N_ENVS = 16, 256  # 4096 transitions per rollout
-
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_local():
-    # RLlib's get_device() consults the Ray runtime context for the learner's GPU.
-    ray.init(num_cpus=8, include_dashboard=False, ignore_reinit_error=True)
-    yield
-    ray.shutdown()
 
 
 def build(mode: str, *, graph: bool, prioritized: bool = False, seed: int = 0, batch: int = 256,
@@ -97,21 +91,21 @@ def test_200_updates_without_host_sync(graph, mode, prioritized):
     assert np.isfinite(m["loss_mean"]) and np.isfinite(m["q_mean"])
     assert m["target_updates"] == float((learner.settings.graph_warmup + 1 + 200) // 50)
     if graph:
-        assert learner._graphed.captured
+        assert learner.graph_captured
 
 
 @pytest.mark.parametrize("mode,prioritized", [("flat", True), ("branching", False)])
 def test_graph_replay_equals_eager(mode, prioritized):
     graphed = build(mode, graph=True, prioritized=prioritized, seed=3)
     eager = build(mode, graph=False, prioritized=prioritized, seed=3)
-    for a, b in zip(graphed._params, eager._params):
+    for a, b in zip(graphed.params, eager.params):
         assert torch.equal(a, b)
     ro = device_rollout(n_actions(mode), seed=5)
     for learner in (graphed, eager):
         learner.replay.add(ro)
         learner.train(20)
-    assert graphed._graphed.captured
-    for a, b in zip(graphed._params, eager._params):
+    assert graphed.graph_captured
+    for a, b in zip(graphed.params, eager.params):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     assert torch.equal(graphed.replay.rng_step, eager.replay.rng_step)
     if prioritized:
@@ -130,13 +124,13 @@ def test_nan_injection_on_gpu_is_skipped_and_counted(graph, bad):
     learner.replay.add(device_rollout(45, seed=0))
     learner.train(5)
     learner.collect_metrics()
-    params = [p.detach().clone() for p in learner._params]
-    opt = copy.deepcopy(learner._optimizer.state_dict()["state"])
+    params = [p.detach().clone() for p in learner.params]
+    opt = copy.deepcopy(learner.optimizer.state_dict()["state"])
     learner.replay.add(device_rollout(45, seed=1, **bad))  # overwrites every stored row
     learner.train(3)
-    for before, p in zip(params, learner._params):
+    for before, p in zip(params, learner.params):
         assert torch.equal(before, p.detach())
-    state = learner._optimizer.state_dict()["state"]
+    state = learner.optimizer.state_dict()["state"]
     for k in opt:
         for name in ("step", "exp_avg", "exp_avg_sq"):
             assert torch.equal(opt[k][name], state[k][name]), (k, name)
@@ -146,7 +140,7 @@ def test_nan_injection_on_gpu_is_skipped_and_counted(graph, bad):
     learner.train(2)
     m = learner.collect_metrics()
     assert (m["updates"], m["skipped"]) == (2.0, 0.0)
-    assert any(not torch.equal(b, p.detach()) for b, p in zip(params, learner._params))
+    assert any(not torch.equal(b, p.detach()) for b, p in zip(params, learner.params))
 
 
 def test_host_rollout_goes_through_pinned_staging():

@@ -130,7 +130,7 @@ def test_learner_gradient_matches_float64_autograd(mode):
     learner = build_learner(mode)
     module = learner.module["default_policy"]
     net64 = copy.deepcopy(module.q_net).double()
-    tgt64 = copy.deepcopy(module._target_q_net).double()
+    tgt64 = copy.deepcopy(module.target_q_net).double()
     g = torch.Generator().manual_seed(1)
     n = 5 if mode == "routed" else 45
     batch = {

@@ -85,7 +85,7 @@ def test_forward_train_keys_and_targets(mode):
     # Targets start as copies of the online net and carry no gradient.
     torch.testing.assert_close(target_next, online_next.detach())
     assert not target_next.requires_grad
-    assert [(a, b) for a, b in m.get_target_network_pairs()] == [(m.q_net, m._target_q_net)]
+    assert [(a, b) for a, b in m.get_target_network_pairs()] == [(m.q_net, m.target_q_net)]
     no_double = build(mode, double_q=False)
     out = no_double.forward_train({Columns.OBS: obs, Columns.NEXT_OBS: nxt})
     assert QF_NEXT_PREDS not in out and BRANCH_QF_NEXT_PREDS not in out
@@ -94,7 +94,7 @@ def test_forward_train_keys_and_targets(mode):
 def test_inference_only_strips_targets():
     learner_copy = build("flat")
     runner_copy = build("flat", inference_only=True)
-    assert not hasattr(runner_copy, "_target_q_net")
+    assert not hasattr(runner_copy, "target_q_net")
     state = learner_copy.get_state(inference_only=True)
     assert state and not any(k.startswith("_target_q_net") for k in state)
     runner_copy.set_state(state)

@@ -18,17 +18,11 @@ from ddp_helpers import SPACES, check_nan_run, ddp_learner_config, run_with_nan_
 
 pytestmark = pytest.mark.multigpu
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(scope="module")
-def ray_two_gpus():
-    ray.init(num_cpus=8, num_gpus=2, include_dashboard=False, ignore_reinit_error=True)
-    yield
-    ray.shutdown()
+RAY_INIT = {"num_cpus": 8, "num_gpus": 2, "ignore_reinit_error": True}  # conftest's ray_local
 
 
 @pytest.mark.parametrize("graph", [True, False], ids=["graph", "eager"])
-def test_nccl_ddp_nan_on_one_rank(ray_two_gpus, graph):
+def test_nccl_ddp_nan_on_one_rank(ray_local, graph):
     group = ddp_learner_config(num_gpus_per_learner=1, graph=graph).build_learner_group(spaces=SPACES)
     try:
         results = [r.get() for r in group.foreach_learner(run_with_nan_on_one_rank)]
@@ -49,7 +43,7 @@ def _placement(algo) -> dict:
     return {"runners": [sorted(map(str, g)) for g in runners], "learners": [sorted(map(str, g)) for g in learners]}
 
 
-def test_two_runners_two_learners_share_two_gpus(ray_two_gpus):
+def test_two_runners_two_learners_share_two_gpus(ray_local):
     from rl_zerosync.settings import load, to_rllib_config
 
     settings = load(ROOT / "configs" / "two_gpu.yaml", [
@@ -64,7 +58,7 @@ def test_two_runners_two_learners_share_two_gpus(ray_two_gpus):
         steps = result["env_runners"]["num_env_steps_sampled_lifetime"]
         assert steps == 4 * 2 * 256 * 16
         params = [r.get() for r in algo.learner_group.foreach_learner(
-            lambda l: torch.cat([p.detach().reshape(-1) for p in l._params]).cpu())]
+            lambda l: torch.cat([p.detach().reshape(-1) for p in l.params]).cpu())]
         assert torch.equal(params[0], params[1])
         zs = result["learners"]["default_policy"]["zerosync"]
         assert zs["updates"] == 2 * 256 * 16 // (128 * 2) and zs["skipped"] == 0

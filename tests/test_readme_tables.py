@@ -40,7 +40,7 @@ def test_printed_tables_are_in_the_readme(name):
     for block in blocks:
         assert block in readme_tables, (
             f"README.md '## Results' lacks this table printed from benchmarks/results/{name}.json "
-            f"(python benchmarks/tables.py):\n{block}")
+            f"(python -m benchmarks.tables):\n{block}")
 
 
 def test_readme_tables_all_come_from_tables_py():

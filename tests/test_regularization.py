@@ -89,7 +89,7 @@ def test_layernorm_present_and_forward(mode, n_out):
     got = torch.cat(out[key], dim=1) if mode == "branching" else out[key]
     assert got.shape == (6, n_out)
     # The target copy has the LayerNorms too (matching parameter lists for the target update).
-    assert [type(x) for x in m._target_q_net.torso] == kinds
+    assert [type(x) for x in m.target_q_net.torso] == kinds
     absent = build_module(mode)
     assert not any(isinstance(x, torch.nn.LayerNorm) for x in absent.q_net.torso)
 
@@ -121,7 +121,7 @@ def test_dropout_only_in_train_mode_online_current_obs(mode):
     assert torch.equal(m.forward_inference({Columns.OBS: obs})[Columns.ACTIONS],
                        m.forward_inference({Columns.OBS: obs})[Columns.ACTIONS])
     assert torch.equal(m.compute_q_values({Columns.OBS: obs})[QF_PREDS], m.q_values(obs))
-    assert torch.equal(m.forward_target({Columns.OBS: obs})[QF_PREDS], m._target_q_net(obs))
+    assert torch.equal(m.forward_target({Columns.OBS: obs})[QF_PREDS], m.target_q_net(obs))
 
     # RLlib's TorchRLModule.forward_train always switches to train mode (and forward_inference /
     # forward_exploration to eval mode); the module's own _forward_train follows self.training.
@@ -143,7 +143,7 @@ def test_dropout_only_in_train_mode_online_current_obs(mode):
     m.zero_grad()
     get(m.forward_train(batch), k_cur).sum().backward()
     assert all(p.grad is not None for p in m.q_net.parameters())
-    assert all(p.grad is None for p in m._target_q_net.parameters())
+    assert all(p.grad is None for p in m.target_q_net.parameters())
 
 
 def test_dropout_without_double_q():
@@ -236,7 +236,7 @@ def assert_bit_identical(before, after):
 
 def test_zero_weight_decay_keeps_fused_adam():
     learner = build_learner()
-    opt = learner._optimizer
+    opt = learner.optimizer
     assert type(opt) is torch.optim.Adam  # not AdamW (a subclass of Adam in torch >= 2.x)
     group = opt.param_groups[0]
     assert group["fused"] and group["weight_decay"] == 0 and group["lr"] == LR
@@ -245,12 +245,13 @@ def test_zero_weight_decay_keeps_fused_adam():
 
 def test_weight_decay_builds_fused_adamw_with_guard_found_inf():
     learner = build_learner(weight_decay=0.05)
-    opt = learner._optimizer
+    opt = learner.optimizer
     assert type(opt) is torch.optim.AdamW
     group = opt.param_groups[0]
     assert group["fused"] and group["weight_decay"] == 0.05 and group["lr"] == LR
     assert group["decoupled_weight_decay"]
-    assert len(opt.param_groups) == 1 and len(learner._params) == len(list(learner.module["default_policy"].q_net.parameters()))
+    assert len(opt.param_groups) == 1
+    assert len(learner.params) == len(list(learner.module["default_policy"].q_net.parameters()))
     assert opt.found_inf.data_ptr() == learner.guard.found_inf.data_ptr()
 
 
@@ -297,7 +298,7 @@ def test_adamw_guarded_step_is_skipped_bit_identically(bad, mode, model):
         assert float(after[1][k]["step"]) == 4.0
         assert not torch.equal(before[1][k]["exp_avg"], after[1][k]["exp_avg"])
         assert not torch.equal(before[1][k]["exp_avg_sq"], after[1][k]["exp_avg_sq"])
-    grads = [p.grad.detach().clone() for p in learner._params]  # the applied (scaled, clipped) grads
+    grads = [p.grad.detach().clone() for p in learner.params]  # the applied (scaled, clipped) grads
     want, want_state = reference_step(before, grads, weight_decay=wd, decoupled=True)
     for got, ref in zip(after[0], want):
         torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)
@@ -319,7 +320,7 @@ def test_zero_weight_decay_matches_plain_adam_reference():
     before = snapshot(learner)
     learner.train(1)
     after = snapshot(learner)
-    grads = [p.grad.detach().clone() for p in learner._params]
+    grads = [p.grad.detach().clone() for p in learner.params]
     want, _ = reference_step(before, grads, weight_decay=0.0, decoupled=False)
     for got, ref in zip(after[0], want):
         torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-7)
@@ -332,7 +333,7 @@ def test_adamw_state_round_trip():
     a.collect_metrics()
     b = build_learner(weight_decay=0.05, layernorm=True, dropout=0.2)
     b.set_state(a.get_state())
-    assert type(b._optimizer) is torch.optim.AdamW and b._optimizer.param_groups[0]["weight_decay"] == 0.05
-    assert b._optimizer.found_inf.data_ptr() == b.guard.found_inf.data_ptr()
+    assert type(b.optimizer) is torch.optim.AdamW and b.optimizer.param_groups[0]["weight_decay"] == 0.05
+    assert b.optimizer.found_inf.data_ptr() == b.guard.found_inf.data_ptr()
     assert_bit_identical(snapshot(a), snapshot(b))
     assert b.module["default_policy"].training  # the learner's module trains with dropout on

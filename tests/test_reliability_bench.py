@@ -1,4 +1,4 @@
-"""``benchmarks/reliability.py --quick``: the JSON it writes and its verdicts on the quick subset
+"""``python -m benchmarks.reliability --quick``: the JSON it writes and its verdicts on the quick subset
 (a few bad inputs through the real CLI, and a second run of a run name another run holds)."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def test_quick_reliability_benchmark(tmp_path):
     out = tmp_path / "reliability.json"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop("RAY_ADDRESS", None)
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "reliability.py"), "--quick", "--out", str(out),
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.reliability", "--quick", "--out", str(out),
                            "--work-dir", str(tmp_path / "work")],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=90)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

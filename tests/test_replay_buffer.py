@@ -203,7 +203,7 @@ def test_packed_rows_back_storage_and_samples():
     ro["obs"], ro["next_obs"] = ro["obs"].reshape(5, 4, 2, 3), ro["next_obs"].reshape(5, 4, 2, 3)
     buf.add(ro)
     assert buf.row_words % 4 == 0
-    base = buf._packed.data_ptr()
+    base = buf.packed.data_ptr()
     for k, col in buf.storage.items():  # every column is a view into the one packed tensor
         assert col.shape[0] == 50 and col.untyped_storage().data_ptr() == base, k
     assert (buf.storage["next_obs"].data_ptr() - base) % 16 == 0 and (buf.storage["actions"].data_ptr() - base) % 8 == 0

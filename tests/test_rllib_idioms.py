@@ -5,18 +5,10 @@ from __future__ import annotations
 import warnings
 
 import pytest
-import ray
 from ray.rllib.callbacks.callbacks import RLlibCallback
 
 from rl_zerosync.algorithm import DEFAULT_NUM_ENVS, DEFAULT_ROLLOUT_LENGTH, ZeroSyncDQNConfig
 from rl_zerosync.envs.protocol import CARTPOLE_ENV_ID
-
-
-@pytest.fixture(scope="module")
-def ray_local():
-    ray.init(address="local", num_cpus=2, include_dashboard=False)
-    yield
-    ray.shutdown()
 
 
 class CountSamples(RLlibCallback):

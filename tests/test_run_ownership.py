@@ -228,16 +228,7 @@ def _settings(tmp, iterations):
 
 
 @pytest.fixture(scope="module")
-def ray_instance():
-    import ray
-
-    ray.init(address="local", num_cpus=2, include_dashboard=False)
-    yield
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
-def four_iterations(ray_instance, tmp_path_factory):
+def four_iterations(ray_local, tmp_path_factory):
     """A run of 4 iterations with checkpoints at 2 and 4 (checkpoint.1/ and checkpoint/)."""
     from rl_zerosync.train import train
 

@@ -6,7 +6,6 @@ import time
 from pathlib import Path
 
 import pytest
-import ray
 
 from rl_zerosync.runner_errors import root_cause
 from rl_zerosync.settings import load, to_rllib_config
@@ -27,16 +26,13 @@ def test_root_cause_is_the_last_exception_line():
     assert root_cause("something odd happened\nmore") == ("", "something odd happened")
 
 
-def test_two_remote_runners_failing_name_the_root_cause():
-    ray.init(address="local", num_cpus=2, include_dashboard=False)
-    try:
+def test_two_remote_runners_failing_name_the_root_cause(ray_instance):
+    with ray_instance(address="local", num_cpus=2):
         settings = load(SMOKE, ["algo.num_env_runners=2", "algo.epsilon=[[10, 1.0], [100, 0.1]]"])
         t0 = time.perf_counter()
         with pytest.raises(ValueError) as info:
             to_rllib_config(settings).build_algo()
         assert time.perf_counter() - t0 < 120
-    finally:
-        ray.shutdown()
     msg = str(info.value)
     assert msg.startswith("remote env runner failed to start: ValueError: epsilon[0] step must be 0, got 10")
     assert "2 env runners failed the same way" in msg

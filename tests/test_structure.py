@@ -6,6 +6,9 @@
   test, which fails on any such cycle not listed in :data:`KNOWN_LAZY_CYCLES`.
 * One name per room: no two modules under ``rl_zerosync/`` share a file name (``__init__.py`` aside),
   so a file name alone says which module is meant.
+* Public views only: no test, benchmark or example reads a private attribute of the learner, the GPU
+  env runner, the replay or the Q module (:func:`private_attributes`, from their source); they use the
+  read-only properties (``learner.params``, ``replay.packed``, ``algo.local_learner``, ...).
 
 Edges of the graph: ``import rl_zerosync.a.b`` and ``from rl_zerosync.a import b`` (``b`` a submodule)
 point at ``rl_zerosync.a.b``; ``from rl_zerosync.a import name`` (``name`` not a submodule) points at the
@@ -223,3 +226,86 @@ def test_no_two_modules_share_a_file_name():
     shared = {name: paths for name, paths in seen.items() if len(paths) > 1}
     assert not shared, "file names used more than once: " + "; ".join(
         f"{name}: {', '.join(paths)}" for name, paths in sorted(shared.items()))
+
+
+# ---------------------------------------------------------------- public views, not private attributes
+REPO = ROOT.parent
+HOLDERS_OF_PRIVATE_STATE = ("learner/dqn_learner.py", "env_runner/gpu_env_runner.py", "learner/replay.py",
+                            "module.py")
+"""Sources whose ``self._name`` attributes callers outside the package must not touch."""
+RLLIB_PRIVATE_WITH_PUBLIC_VIEW = {
+    "_device": "learner.device",
+    "_learner": "algo.local_learner (ZeroSyncDQN) or benchmarks.common.local_learner(learner_group)",
+    "_named_optimizers": "learner.get_optimizers_for_module(module_id)",
+}
+"""RLlib's private attributes that the package or RLlib offers a public view of."""
+RLLIB_API = frozenset({"_forward", "_forward_train", "_forward_inference", "_forward_exploration", "_update",
+                       "_compute_loss_for_module"})
+"""Underscored names that are RLlib's documented extension points, never flagged."""
+CALLERS = ("tests", "benchmarks", "examples")
+_ATTR_FUNCS = frozenset({"getattr", "setattr", "hasattr", "delattr"})
+
+
+def _self_attributes(tree: ast.AST) -> Set[str]:
+    """Underscored attributes assigned as ``self._name`` (plain, annotated, augmented or tuple targets)."""
+    return {n.attr for n in ast.walk(tree)
+            if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store) and isinstance(n.value, ast.Name)
+            and n.value.id == "self" and n.attr.startswith("_") and not n.attr.startswith("__")}
+
+
+def private_attributes() -> Set[str]:
+    """The private attributes of :data:`HOLDERS_OF_PRIVATE_STATE` as the source defines them now, plus
+    :data:`RLLIB_PRIVATE_WITH_PUBLIC_VIEW`, less :data:`RLLIB_API`."""
+    names: Set[str] = set(RLLIB_PRIVATE_WITH_PUBLIC_VIEW)
+    for rel in HOLDERS_OF_PRIVATE_STATE:
+        path = ROOT / rel
+        names |= _self_attributes(ast.parse(path.read_text(), filename=str(path)))
+    return names - RLLIB_API
+
+
+def private_uses(source: str, banned: Set[str]) -> List[tuple]:
+    """``(line, name)`` of every read or write of a ``banned`` attribute on another object than
+    ``self`` (``x._name``, ``getattr(x, "_name")``, ``monkeypatch.setattr(x, "_name", ...)``).
+    Names the file assigns as ``self._name`` itself belong to its own classes and are skipped."""
+    tree = ast.parse(source)
+    banned = banned - _self_attributes(tree)
+    hits = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in banned:
+            if not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                hits.append((node.lineno, node.attr))
+        elif isinstance(node, ast.Call) and (
+                (isinstance(node.func, ast.Name) and node.func.id in _ATTR_FUNCS)
+                or (isinstance(node.func, ast.Attribute) and node.func.attr in ("setattr", "delattr"))):
+            hits += [(node.lineno, a.value) for a in node.args[1:2]
+                     if isinstance(a, ast.Constant) and a.value in banned]
+    return sorted(hits)
+
+
+def test_private_attributes_come_from_the_source():
+    names = private_attributes()
+    assert {"_params", "_optimizer", "_graphed", "_rollout", "_packed", "_target_q_net", "_learner"} <= names
+    assert not names & RLLIB_API and all(n.startswith("_") for n in names)
+
+
+def test_private_use_finder():
+    banned = {"_params", "_packed"}
+    src = ("x = learner._params\nreplay._packed.zero_()\ny = getattr(learner, '_params')\n"
+           "monkeypatch.setattr(replay, '_packed', None)\nz = learner.params\n")
+    assert private_uses(src, banned) == [(1, "_params"), (2, "_packed"), (3, "_params"), (4, "_packed")]
+    # A file's own class: its self._name attributes, read on its own objects, are its business.
+    own = "class Probe:\n    def __init__(self):\n        self._params = 1\n\nprobe = Probe()\nprobe._params\n"
+    assert private_uses(own, banned) == []
+
+
+def test_tests_benchmarks_and_examples_use_public_views():
+    banned = private_attributes()
+    found = []
+    for folder in CALLERS:
+        for path in sorted((REPO / folder).glob("*.py")):
+            for line, name in private_uses(path.read_text(), banned):
+                found.append(f"{path.relative_to(REPO)}:{line}: .{name}"
+                             + (f" (use {RLLIB_PRIVATE_WITH_PUBLIC_VIEW[name]})"
+                                if name in RLLIB_PRIVATE_WITH_PUBLIC_VIEW else ""))
+    assert not found, "private attributes of the learner / runner / replay / module used outside the " \
+                      "package (use their public properties):\n" + "\n".join(found)

@@ -5,19 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-import ray
 
 from rl_zerosync.settings import from_dict
 from tiny_run import tiny_raw
 
+pytestmark = pytest.mark.usefixtures("ray_local")  # one Ray instance (conftest) for the module
 BASE = tiny_raw({"iterations": 4, "checkpoint_every": 0, "eval_every": 2}, learner={"replay_capacity": 4000})
-
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_instance():
-    ray.init(address="local", num_cpus=2, include_dashboard=False)
-    yield
-    ray.shutdown()
 
 
 def _settings(tmp_path, name, **sections):

@@ -78,9 +78,7 @@ def test_rule_walk_on_gpu_matches_cpu():
             np.testing.assert_allclose(gpu[label][a]["net"], cpu[label][a]["net"], rtol=1e-4, atol=1e-7)
 
 
-def test_validator_captures_its_pass_on_the_learner_gpu(tmp_path):
-    import ray
-
+def test_validator_captures_its_pass_on_the_learner_gpu(tmp_path, ray_instance):
     from rl_zerosync.settings import from_dict, to_rllib_config
     from rl_zerosync.validation import Validator
 
@@ -92,18 +90,17 @@ def test_validator_captures_its_pass_on_the_learner_gpu(tmp_path):
         "env": {"episode_len": 64, "window": 16},
     }
     s = from_dict(raw)
-    ray.init(address="local", num_cpus=4, include_dashboard=False, ignore_reinit_error=True)
-    algo = to_rllib_config(s).build_algo()
-    try:
-        v = Validator(s, algo)
-        assert v.device.type == "cuda"
-        algo.train()
-        first = v.validate(algo)
-        assert "agent" in v.walk._graphs
-        second = v.validate(algo)
-        assert second["validation_sharpe"] == first["validation_sharpe"]  # same weights, same pass
-        algo.train()
-        v.validate(algo)  # new weights copied in place: the graph stays valid
-    finally:
-        algo.stop()
-        ray.shutdown()
+    with ray_instance(address="local", num_cpus=4, ignore_reinit_error=True):
+        algo = to_rllib_config(s).build_algo()
+        try:
+            v = Validator(s, algo)
+            assert v.device.type == "cuda"
+            algo.train()
+            first = v.validate(algo)
+            assert "agent" in v.walk._graphs
+            second = v.validate(algo)
+            assert second["validation_sharpe"] == first["validation_sharpe"]  # same weights, same pass
+            algo.train()
+            v.validate(algo)  # new weights copied in place: the graph stays valid
+        finally:
+            algo.stop()
