@@ -99,11 +99,11 @@ def _bench(args) -> int:
         return 2
     rc = 0
     for name in args.only or ("learner", "env_runner"):
-        cmd = [sys.executable, str(root / f"{name}.py"), "--out", str(Path(args.out_dir) / f"{name}.json")]
+        cmd = [sys.executable, "-m", f"benchmarks.{name}", "--out", str(Path(args.out_dir).resolve() / f"{name}.json")]
         if args.quick:
             cmd.append("--quick")
         print("$", " ".join(cmd), flush=True)
-        rc = max(rc, subprocess.call(cmd))
+        rc = max(rc, subprocess.call(cmd, cwd=root.parent))  # benchmarks is a package of the checkout
     return rc
 
 

@@ -231,7 +231,7 @@ def test_no_two_modules_share_a_file_name():
 # ---------------------------------------------------------------- public views, not private attributes
 REPO = ROOT.parent
 HOLDERS_OF_PRIVATE_STATE = ("learner/dqn_learner.py", "env_runner/gpu_env_runner.py", "learner/replay.py",
-                            "module.py")
+                            "module.py", "envs/walk.py")
 """Sources whose ``self._name`` attributes callers outside the package must not touch."""
 RLLIB_PRIVATE_WITH_PUBLIC_VIEW = {
     "_device": "learner.device",

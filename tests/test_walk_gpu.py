@@ -46,7 +46,7 @@ def test_graph_walk_matches_cpu_and_replays_without_sync(split_bars):
     gpu = SegmentWalk(data.to("cuda"), PARAMS, routing={}, split_bars=split_bars)
     want = cpu.run(_act(cpu_mod))
     got = gpu.run(_act(gpu_mod), key="agent")  # captures, then replays
-    assert "agent" in gpu._graphs
+    assert gpu.captured("agent")
     for a in range(data.num_assets):
         w, g = cpu.env_records(want, a), gpu.env_records(got, a)
         agree = (w["action"] == g["action"]).mean()
@@ -54,13 +54,10 @@ def test_graph_walk_matches_cpu_and_replays_without_sync(split_bars):
         if agree == 1.0:
             np.testing.assert_allclose(g["net"], w["net"], rtol=1e-4, atol=1e-7)
     # The replays themselves never wait on the host (the one readback is after them).
-    graph = gpu._graphs["agent"]
     torch.cuda.synchronize()
-    gpu._reset()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        for _ in range(gpu.num_chunks):
-            graph.replay()
+        gpu.replay_captured("agent")
     finally:
         torch.cuda.set_sync_debug_mode(0)
     again = gpu.run(_act(gpu_mod), key="agent")
@@ -97,7 +94,7 @@ def test_validator_captures_its_pass_on_the_learner_gpu(tmp_path, ray_instance):
             assert v.device.type == "cuda"
             algo.train()
             first = v.validate(algo)
-            assert "agent" in v.walk._graphs
+            assert v.walk.captured("agent")
             second = v.validate(algo)
             assert second["validation_sharpe"] == first["validation_sharpe"]  # same weights, same pass
             algo.train()

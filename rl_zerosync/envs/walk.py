@@ -134,6 +134,20 @@ class SegmentWalk:
         self.use_graph = bool(graph and dev.type == "cuda")
         self._graphs: dict = {}
 
+    def captured(self, key: object) -> bool:
+        """Whether a CUDA graph of the walk was captured for ``key`` (by :meth:`run`)."""
+        return key in self._graphs
+
+    def replay_captured(self, key: object) -> None:
+        """Reset the walk state and replay the graph captured for ``key`` over the whole segment,
+        on the device only: the records stay on the device (``run`` reads them back once)."""
+        graph = self._graphs.get(key)
+        if graph is None:
+            raise KeyError(f"no walk graph captured for key {key!r}; run(act, key={key!r}) captures one")
+        self._reset()
+        for _ in range(self.num_chunks):
+            graph.replay()
+
     # --- stepping -----------------------------------------------------------------------------
     def _reset(self) -> None:
         s = self.state
@@ -180,13 +194,9 @@ class SegmentWalk:
             for _ in range(self.num_chunks):
                 self._chunk_body(act)
         else:
-            graph = self._graphs.get(key)
-            if graph is None:
-                graph = self._capture(act)
-                self._graphs[key] = graph
-                self._reset()
-            for _ in range(self.num_chunks):
-                graph.replay()
+            if key not in self._graphs:
+                self._graphs[key] = self._capture(act)
+            self.replay_captured(key)
         host = torch.cat((self.records.reshape(-1).to(torch.float64), self.bad.to(torch.float64))).cpu()  # host read: once per walk
         bad = int(host[-1])
         if bad:
