@@ -1,0 +1,48 @@
+"""The RLlib private members rl_zerosync relies on still behave as relied on (docs/ARCHITECTURE.md,
+"RLlib private touches"). Each check reads RLlib's own source or objects, so an RLlib upgrade that
+changes one of them fails here first, naming it."""
+from __future__ import annotations
+
+import inspect
+
+from ray.rllib.core.learner.learner import Learner
+from ray.rllib.core.learner.learner_group import LearnerGroup
+from ray.rllib.core.learner.torch.torch_learner import TorchLearner
+from ray.rllib.utils.checkpoints import Checkpointable
+
+
+def _source(obj) -> str:
+    return inspect.getsource(obj)
+
+
+def test_update_from_batch_calls_the_overridden_update_hook():
+    # ZeroSyncDQNTorchLearner._update replaces the per-batch update of the drop-in path.
+    src = _source(Learner.update)
+    assert "self._update(" in src
+    assert list(inspect.signature(TorchLearner._update).parameters)[:2] == ["self", "batch"]
+
+
+def test_build_makes_ddp_through_the_overridden_hook_after_setting_the_device():
+    # The learner builds RLlib's DDP wrapper on its capture stream by overriding this hook.
+    src = _source(TorchLearner.build)
+    assert "self._device = " in src and "self._make_modules_ddp_if_necessary()" in src
+    assert src.index("self._device = ") < src.index("self._make_modules_ddp_if_necessary()")
+
+
+def test_weights_seq_no_counts_updates_and_is_checkpointed():
+    # train(K) bumps _weights_seq_no as Learner.update() does; runners compare it on weight sync.
+    assert "self._weights_seq_no += 1" in _source(Learner.update)
+    assert "self._weights_seq_no" in _source(Learner.get_state)
+
+
+def test_local_learner_group_keeps_its_learner():
+    # ZeroSyncDQN.local_learner reads LearnerGroup._learner (set for num_learners 0).
+    src = _source(LearnerGroup.__init__)
+    assert "self._learner = learner_class(" in src
+    assert "def is_local" in _source(LearnerGroup)
+
+
+def test_check_component_helper_exists():
+    # get_state overrides filter their extra components with RLlib's helper.
+    assert list(inspect.signature(Checkpointable._check_component).parameters) == [
+        "self", "name", "components", "not_components"]
