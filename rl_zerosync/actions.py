@@ -15,6 +15,11 @@ NUM_URGENCIES = 3
 NUM_ACTIONS = NUM_EXPOSURES * NUM_ORDER_TYPES * NUM_URGENCIES
 BRANCH_SIZES = (NUM_EXPOSURES, NUM_ORDER_TYPES, NUM_URGENCIES)
 DEFAULT_EXPOSURE_LEVELS = (-1.0, -0.5, 0.0, 0.5, 1.0)
+ACTION_MODES = ("routed", "flat", "branching")
+"""How a Q network maps onto the 45 actions: routed (Q over the 5 exposures, a routing rule picks
+order type and urgency), flat (Q over all 45) or branching (one head per factor, 5 + 3 + 3)."""
+DEFAULT_ACTION_MODE = "routed"
+"""The action mode of the trading env when none is given."""
 
 
 class OrderType(IntEnum):

@@ -47,6 +47,7 @@ from ray.rllib.utils.metrics import (
 )
 
 from rl_zerosync.learner.replay import REPLAY_COLUMNS
+from rl_zerosync.presets import API
 
 NUM_UPDATES_PER_ITERATION = "num_updates_per_iteration"
 REPLAY_SHARDS = "zerosync_replay_shards"
@@ -60,16 +61,17 @@ class EnvRunnersLostError(RuntimeError):
     """No remote env runner came back within ``env_runner_restart_timeout_s``."""
 
 
-DEFAULT_NUM_ENVS = 1024
+DEFAULT_NUM_ENVS = API.num_envs_per_runner
 """``num_envs_per_env_runner`` of a fresh ``ZeroSyncDQNConfig()`` (DQNConfig's is 1)."""
-DEFAULT_ROLLOUT_LENGTH = 32
+DEFAULT_ROLLOUT_LENGTH = API.rollout_length
 """``rollout_fragment_length`` of a fresh ``ZeroSyncDQNConfig()`` (32,768 env steps per rollout)."""
 
 
 class ZeroSyncDQNConfig(DQNConfig):
     """DQNConfig whose defaults are the zero-sync learner, the GPU env runner and the Q module,
     sized for a GPU: 1,024 envs x 32 steps per runner and iteration (no minimum sample count or
-    time per iteration: one rollout per runner, then K updates).
+    time per iteration: one rollout per runner, then K updates). Its hyper-parameter defaults are
+    :data:`rl_zerosync.presets.API` (RLlib's DQN values); a settings file's are ``SETTINGS_FILE``.
 
     Extra settings: ``training(replay_ratio=...)``, trained transitions per sampled env step;
     ``fault_tolerance(env_runner_restart_timeout_s=...)``, seconds an iteration waits for a remote
@@ -80,12 +82,21 @@ class ZeroSyncDQNConfig(DQNConfig):
         super().__init__(algo_class=algo_class or ZeroSyncDQN)
         from rl_zerosync.env_runner import GPUEnvRunner
 
-        self.replay_ratio = 1.0
-        self.env_runner_restart_timeout_s = 300.0
         self.env_runner_cls = GPUEnvRunner
+        # The API preset under RLlib's names; the batch goes to train_batch_size, which RLlib splits
+        # over the learners unless train_batch_size_per_learner is set.
+        p = API
+        self.lr, self.gamma, self.n_step, self.tau = p.lr, p.gamma, p.n_step, p.tau
+        self.double_q, self.dueling, self.grad_clip = p.double_q, p.dueling, p.grad_clip
+        self.train_batch_size = p.batch_size
+        self.num_steps_sampled_before_learning_starts = p.learning_starts
+        self.target_network_update_freq = p.target_update_freq
+        self.epsilon = list(p.epsilon)
+        self.replay_ratio = p.replay_ratio
+        self.env_runner_restart_timeout_s = p.env_runner_restart_timeout_s
         # Sized for a GPU runner: one iteration = one rollout of N envs x T steps per runner.
-        self.num_envs_per_env_runner = DEFAULT_NUM_ENVS
-        self.rollout_fragment_length = DEFAULT_ROLLOUT_LENGTH
+        self.num_envs_per_env_runner = p.num_envs_per_runner
+        self.rollout_fragment_length = p.rollout_length
         self.min_sample_timesteps_per_iteration = 0
         self.min_time_s_per_iteration = 0
         # The learners own the replay (on their device); RLlib's episode buffer stays tiny.

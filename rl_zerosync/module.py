@@ -67,7 +67,9 @@ from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 from ray.rllib.utils.annotations import override
 from ray.rllib.utils.schedules.scheduler import Scheduler
 
-from rl_zerosync.actions import BRANCH_SIZES, NUM_ACTIONS, NUM_EXPOSURES
+from rl_zerosync.actions import ACTION_MODES, BRANCH_SIZES, NUM_ACTIONS, NUM_EXPOSURES
+from rl_zerosync.env_runner.epsilon import normalize_epsilon_schedule, rllib_schedule
+from rl_zerosync.presets import API, DEFAULT_HIDDEN
 
 __all__ = [
     "ACTION_MODES",
@@ -81,14 +83,10 @@ __all__ = [
     "make_module_spec",
 ]
 
-ACTION_MODES = ("routed", "flat", "branching")
 BRANCH_QF_PREDS = "branch_qf_preds"
 BRANCH_QF_NEXT_PREDS = "branch_qf_next_preds"
 BRANCH_QF_TARGET_NEXT_PREDS = "branch_qf_target_next_preds"
 
-DEFAULT_HIDDEN = (256, 256)
-# RLlib's DQNConfig default, used when the module is built outside a DQNConfig.
-DEFAULT_EPSILON = [(0, 1.0), (10000, 0.05)]
 _ACTIONS_PER_MODE = {"routed": NUM_EXPOSURES, "flat": NUM_ACTIONS, "branching": NUM_ACTIONS}
 
 
@@ -236,9 +234,9 @@ class ZeroSyncQModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAPI
         self.uses_double_q: bool = bool(cfg.get("double_q", True))
         self.uses_layernorm: bool = layernorm
         self.dropout: float = float(dropout)
-        self.epsilon_schedule = Scheduler(
-            fixed_value_or_schedule=cfg.get("epsilon", DEFAULT_EPSILON), framework="torch"
-        )
+        # Outside a DQNConfig the API preset's schedule; one rule with the env runner and settings.
+        epsilon = normalize_epsilon_schedule(cfg.get("epsilon", API.epsilon))
+        self.epsilon_schedule = Scheduler(fixed_value_or_schedule=rllib_schedule(epsilon), framework="torch")
         self.q_net = QNetwork(
             obs_dim=obs_dim,
             hidden=self.hidden,

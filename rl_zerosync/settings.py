@@ -1,46 +1,63 @@
 """One typed settings object for a run, loaded from a YAML file.
 
-A YAML file has up to seven top-level sections::
+A YAML file has up to seven top-level sections, each mapped onto one typed object::
 
     run:      RunSettings      (where to write, how long, checkpoints)
     algo:     AlgoSettings     (DQN hyper-parameters, scale-out, replay ratio)
     model:    ModelSettings    (action mode, network)
-    data:     dict -> rl_zerosync.envs.make_market
-    env:      dict -> rl_zerosync.envs.EnvParams
-    runner:   dict -> rl_zerosync.env_runner.RunnerSettings
-    learner:  dict -> rl_zerosync.learner.LearnerSettings
+    data:     Section[DataSettings]    (rl_zerosync.envs.config: what make_market reads)
+    env:      Section[EnvParams]       (rl_zerosync.envs.params)
+    runner:   Section[RunnerSettings]  (rl_zerosync.env_runner.runner_settings)
+    learner:  Section[LearnerSettings] (rl_zerosync.learner.learner_settings)
 
-Unknown keys and bad values raise :class:`SettingsError` naming the key, the file and what is
-allowed. :func:`to_rllib_config` is the one place where settings become a ``ZeroSyncDQNConfig``.
+A key left out takes its default from one place: ``algo`` and ``model`` from
+:data:`rl_zerosync.presets.SETTINGS_FILE`, the component sections from their component's class. The
+four component sections are :class:`Section` objects: the keys the file set, read as a mapping (what
+the component receives through ``env_config`` / ``learner_config_dict``), plus ``typed``, the
+component's own settings object built from them at load (``settings.runner.typed.device``).
+
+Every value is checked once, at load, by its one validator (the component's class for the component
+sections, ``LearnerSettings`` for the learner's ``algo`` keys, the epsilon rule of
+:mod:`rl_zerosync.env_runner.epsilon` for ``algo.epsilon``); unknown keys and bad values raise
+:class:`SettingsError` naming the file, the key and what is allowed. :func:`to_rllib_config` is the one
+place where settings become a ``ZeroSyncDQNConfig``.
 """
 from __future__ import annotations
 
-import ast
 import copy
 import dataclasses
 import math
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from rl_zerosync.actions import ACTION_MODES, DEFAULT_ACTION_MODE
 from rl_zerosync.checkpoints import KEEP_LAST
+from rl_zerosync.presets import SETTINGS_FILE as PRESET
+from rl_zerosync.sections import LEARNER_FIELDS, Section, build_components, learner_config, runner_config
+from rl_zerosync.yaml_values import SettingsError, check, coerce_field, epsilon_numbers, float_text, parse_override
 
-ACTION_MODES = ("routed", "flat", "branching")
+__all__ = ["AlgoSettings", "ModelSettings", "RunSettings", "Section", "Settings", "SettingsError", "apply_overrides",
+           "from_dict", "load", "to_rllib_config"]
+
+if TYPE_CHECKING:
+    from rl_zerosync.env_runner.runner_settings import RunnerSettings
+    from rl_zerosync.envs.config import DataSettings
+    from rl_zerosync.envs.params import EnvParams
+    from rl_zerosync.learner.learner_settings import LearnerSettings
+
 EVAL_METRICS = ("sharpe", "sortino", "total_return", "annualized_return", "calmar")
 """Validation metrics a run may select its best checkpoint by (higher is better)."""
 EVAL_CHECKPOINTS = ("best", "last")
 
 
-class SettingsError(ValueError):
-    """A bad key or value in a settings file."""
-
-
 @dataclass
 class RunSettings:
+    """Where a run writes, how long it trains, its checkpoints and validation."""
+
     name: str = "run"
     """Run name; the run directory is ``<dir>/<name>``."""
     dir: str = "runs"
@@ -71,34 +88,37 @@ class RunSettings:
 
 @dataclass
 class AlgoSettings:
-    lr: float = 5e-4
+    """DQN hyper-parameters and scale-out; defaults: :data:`rl_zerosync.presets.SETTINGS_FILE`."""
+
+    lr: float = PRESET.lr
     """Adam learning rate (a float; schedules are not supported by the zero-sync learner)."""
-    gamma: float = 0.99
+    gamma: float = PRESET.gamma
     """Discount factor."""
-    n_step: int = 3
+    n_step: int = PRESET.n_step
     """n-step return horizon."""
-    batch_size: int = 1024
+    batch_size: int = PRESET.batch_size
     """Transitions per update per learner (RLlib: ``train_batch_size_per_learner``, accepted too)."""
-    replay_ratio: float = 1.0
+    replay_ratio: float = PRESET.replay_ratio
     """Trained transitions (all learners together) per sampled env step:
     K = ratio * env steps / (batch_size * max(num_learners, 1)) updates per iteration, >= 1."""
-    learning_starts: int = 10_000
+    learning_starts: int = PRESET.learning_starts
     """Env steps sampled before the first update (RLlib: ``num_steps_sampled_before_learning_starts``)."""
-    target_update_freq: int = 1000
-    """Learner updates between hard target-network updates (used when tau == 1). RLlib's
-    ``target_network_update_freq`` counts sampled env steps instead: ``u`` updates are
-    ``u * batch_size / replay_ratio`` env steps."""
-    tau: float = 1.0
-    """Polyak coefficient (1.0 = hard updates)."""
-    double_q: bool = True
+    target_update_freq: int = PRESET.target_update_freq
+    """Learner updates (not env steps) between target-network updates: a hard copy when tau == 1, a
+    Polyak step otherwise. RLlib's ``target_network_update_freq`` counts sampled env steps instead:
+    ``u`` updates are ``u * batch_size * max(num_learners, 1) / replay_ratio`` env steps."""
+    tau: float = PRESET.tau
+    """Target update weight: 1.0 = hard copy, < 1 = Polyak ``target += tau * (online - target)``."""
+    double_q: bool = PRESET.double_q
     """Double DQN target."""
-    grad_clip: float = 10.0
+    grad_clip: float = PRESET.grad_clip
     """Global gradient-norm clip."""
-    epsilon: list = field(default_factory=lambda: [[0, 1.0], [50_000, 0.05]])
-    """Piecewise-linear epsilon schedule over env steps: [[step, value], ...]."""
-    num_envs_per_runner: int = 1024
+    epsilon: Any = field(default_factory=lambda: [list(p) for p in PRESET.epsilon])
+    """Epsilon over env steps: a float, or a piecewise-linear ``[[0, value], [step, value], ...]``
+    (rule: :func:`~rl_zerosync.env_runner.epsilon.normalize_epsilon_schedule`); kept as pairs."""
+    num_envs_per_runner: int = PRESET.num_envs_per_runner
     """Batched envs per env runner (RLlib: ``num_envs_per_env_runner``)."""
-    rollout_length: int = 64
+    rollout_length: int = PRESET.rollout_length
     """Steps per env per rollout (T; RLlib: ``rollout_fragment_length``)."""
     num_env_runners: int = 0
     """Remote env runners (0 = sample in the driver process)."""
@@ -113,21 +133,24 @@ class AlgoSettings:
     then start only on nodes that offer them (``ray start --resources='{"runner_node": 4}'`` holds
     four runners). Names other than CPU and GPU (``num_gpus_per_env_runner`` asks for GPUs); amounts
     >= 0. Ignored without remote env runners."""
-    env_runner_restart_timeout_s: float = 300.0
+    env_runner_restart_timeout_s: float = PRESET.env_runner_restart_timeout_s
     """Seconds an iteration waits for a remote env runner to come back when none is healthy (Ray
     restarts a runner whose process died; a runner whose node is gone needs a node with its
     resources). Past it the run fails with an error naming the resources no alive node offers."""
-    weight_decay: float = 0.0
+    weight_decay: float = PRESET.weight_decay
     """Decoupled weight decay (fused AdamW); 0 = plain Adam behaviour."""
 
 
 @dataclass
 class ModelSettings:
-    action_mode: str = "routed"
-    """routed (Q over 5 exposures + routing kernel), flat (Q over 45) or branching (BDQ 5x3x3)."""
-    hidden: list = field(default_factory=lambda: [256, 256])
+    """The Q network; ``hidden`` and ``dueling`` default to :data:`rl_zerosync.presets.SETTINGS_FILE`."""
+
+    action_mode: str = DEFAULT_ACTION_MODE
+    """One of ACTION_MODES: routed (Q over 5 exposures + routing kernel), flat (Q over 45) or
+    branching (BDQ 5x3x3)."""
+    hidden: list = field(default_factory=lambda: list(PRESET.hidden))
     """Hidden layer sizes of the Q network."""
-    dueling: bool = False
+    dueling: bool = PRESET.dueling
     """Dueling head (routed/flat)."""
     layernorm: bool = False
     """LayerNorm after every hidden Linear (before the ReLU)."""
@@ -135,15 +158,22 @@ class ModelSettings:
     """Dropout probability after every hidden ReLU (training forward only; 0 = off)."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Settings:
+    """A run's settings: the typed sections of one settings file (built by :func:`from_dict` / :func:`load`)."""
+
     run: RunSettings = field(default_factory=RunSettings)
     algo: AlgoSettings = field(default_factory=AlgoSettings)
     model: ModelSettings = field(default_factory=ModelSettings)
-    data: dict = field(default_factory=lambda: {"source": "synthetic"})
-    env: dict = field(default_factory=dict)
-    runner: dict = field(default_factory=dict)
-    learner: dict = field(default_factory=dict)
+    data: Section[DataSettings]
+    """What :func:`rl_zerosync.envs.make_market` reads."""
+    env: Section[EnvParams]
+    """The trading env's parameters."""
+    runner: Section[RunnerSettings]
+    """The GPU env runner's settings (``typed.seed`` defaults to ``run.seed``)."""
+    learner: Section[LearnerSettings]
+    """The zero-sync learner's settings; ``typed`` is what the learner builds from the RLlib config
+    (its DQN fields come from ``algo``, its seed defaults to ``run.seed``)."""
     source: str = "<defaults>"
     """The file these settings came from (for error messages)."""
 
@@ -157,47 +187,15 @@ class Settings:
         return self.run.eval_every or max(1, self.run.iterations // 20)
 
     def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        d.pop("source")
+        """Plain data for ``settings.yaml``: every field of run/algo/model, the keys the file set in
+        the component sections."""
+        d = {name: dataclasses.asdict(getattr(self, name)) for name in _TYPED_SECTIONS}
+        d.update({name: copy.deepcopy(dict(getattr(self, name).given)) for name in _COMPONENT_SECTIONS})
         return d
 
 
 _TYPED_SECTIONS = {"run": RunSettings, "algo": AlgoSettings, "model": ModelSettings}
-_DICT_SECTIONS = ("data", "env", "runner", "learner")
-
-
-def _float_text(value: Any) -> float | None:
-    """A string that reads as a finite float (PyYAML leaves ``1e-3`` a string: YAML 1.1 floats need
-    a dot), as that float; None for anything else."""
-    if not isinstance(value, str):
-        return None
-    try:
-        number = float(value.strip())
-    except ValueError:
-        return None
-    return number if math.isfinite(number) else None
-
-
-def _coerce(value: Any, typ: Any, where: str) -> Any:
-    """Check ``value`` against a dataclass field type, converting ints and numeric strings
-    (``"1e-3"``) to floats."""
-    origin = typing.get_origin(typ) or typ
-    if typ is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if typ is float and _float_text(value) is not None:
-        return _float_text(value)
-    if typ is int and isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if typ is bool and isinstance(value, bool):
-        return value
-    if typ is str and isinstance(value, str):
-        return value
-    if origin is list and isinstance(value, list):
-        return value
-    if origin is dict and isinstance(value, dict):
-        return value
-    raise SettingsError(f"{where}: expected {getattr(typ, '__name__', typ)}, got {value!r}")
-
+_COMPONENT_SECTIONS = ("data", "env", "runner", "learner")
 
 RLLIB_NAMES = {
     "train_batch_size_per_learner": "batch_size",
@@ -237,197 +235,66 @@ def _build_section(cls: type, values: dict, where: str) -> Any:
     for key, value in values.items():
         if key not in allowed:
             raise SettingsError(f"{where}.{key}: unknown key; allowed: {', '.join(allowed)}")
-        kwargs[key] = _coerce(value, hints[key], f"{where}.{key}")
+        kwargs[key] = coerce_field(value, hints[key], f"{where}.{key}")
     return cls(**kwargs)
 
 
-def _epsilon_pair(pair: Any) -> Any:
-    """``[step, value]`` of ``algo.epsilon`` with numeric strings read (``["5e4", 0.05]``: a whole
-    step becomes an int)."""
-    if not isinstance(pair, list) or len(pair) != 2:
-        return pair
-    step, value = (_float_text(x) if _float_text(x) is not None else x for x in pair)
-    if isinstance(pair[0], str) and isinstance(step, float) and step.is_integer():
-        step = int(step)
-    return [step, value]
+def _validate_run_and_model(run: RunSettings, model: ModelSettings, src: str) -> None:
+    check(src, "run.eval_metric", run.eval_metric in EVAL_METRICS,
+           f"got {run.eval_metric!r}; allowed: {', '.join(EVAL_METRICS)}")
+    check(src, "run.eval_checkpoint", run.eval_checkpoint in EVAL_CHECKPOINTS,
+           f"got {run.eval_checkpoint!r}; allowed: {', '.join(EVAL_CHECKPOINTS)}")
+    for key in ("iterations", "keep_checkpoints"):
+        check(src, f"run.{key}", getattr(run, key) > 0, f"must be > 0, got {getattr(run, key)}")
+    for key in ("checkpoint_every", "seed", "num_cpus", "eval_every", "early_stop_patience"):
+        check(src, f"run.{key}", getattr(run, key) >= 0, f"must be >= 0, got {getattr(run, key)}")
+    check(src, "model.action_mode", model.action_mode in ACTION_MODES,
+           f"got {model.action_mode!r}; allowed: {', '.join(ACTION_MODES)}")
+    check(src, "model.hidden", bool(model.hidden) and all(isinstance(h, int) and h > 0 for h in model.hidden),
+           "expected a non-empty list of positive ints")
+    check(src, "model.dropout", 0.0 <= model.dropout < 1.0, f"must be in [0, 1), got {model.dropout}")
 
 
-def _validate(s: Settings) -> None:
-    src = s.source
-    if s.run.eval_metric not in EVAL_METRICS:
-        raise SettingsError(f"{src}: run.eval_metric: got {s.run.eval_metric!r}; allowed: {', '.join(EVAL_METRICS)}")
-    if s.run.eval_checkpoint not in EVAL_CHECKPOINTS:
-        raise SettingsError(
-            f"{src}: run.eval_checkpoint: got {s.run.eval_checkpoint!r}; allowed: {', '.join(EVAL_CHECKPOINTS)}"
-        )
-    if not 0.0 <= s.model.dropout < 1.0:
-        raise SettingsError(f"{src}: model.dropout: must be in [0, 1), got {s.model.dropout}")
-    if s.algo.weight_decay < 0.0:
-        raise SettingsError(f"{src}: algo.weight_decay: must be >= 0, got {s.algo.weight_decay}")
-    if "weight_decay" in s.learner and s.algo.weight_decay and s.learner["weight_decay"] != s.algo.weight_decay:
-        raise SettingsError(
-            f"{src}: learner.weight_decay: conflicts with algo.weight_decay ({s.learner['weight_decay']!r} "
-            f"vs {s.algo.weight_decay!r}); set only algo.weight_decay"
-        )
-    if s.model.action_mode not in ACTION_MODES:
-        raise SettingsError(
-            f"{src}: model.action_mode: got {s.model.action_mode!r}; allowed: {', '.join(ACTION_MODES)}"
-        )
-    if not s.model.hidden or not all(isinstance(h, int) and h > 0 for h in s.model.hidden):
-        raise SettingsError(f"{src}: model.hidden: expected a non-empty list of positive ints")
-    positive = {
-        "run.iterations": s.run.iterations, "run.keep_checkpoints": s.run.keep_checkpoints, "algo.batch_size": s.algo.batch_size,
-        "algo.n_step": s.algo.n_step, "algo.num_envs_per_runner": s.algo.num_envs_per_runner,
-        "algo.rollout_length": s.algo.rollout_length, "algo.lr": s.algo.lr,
-        "algo.replay_ratio": s.algo.replay_ratio, "algo.target_update_freq": s.algo.target_update_freq,
-        "algo.env_runner_restart_timeout_s": s.algo.env_runner_restart_timeout_s,
-    }
-    for key, value in positive.items():
-        if not value > 0:
-            raise SettingsError(f"{src}: {key}: must be > 0, got {value}")
-    non_negative = {
-        "run.checkpoint_every": s.run.checkpoint_every, "algo.learning_starts": s.algo.learning_starts,
-        "algo.num_env_runners": s.algo.num_env_runners, "algo.num_learners": s.algo.num_learners,
-        "run.num_cpus": s.run.num_cpus, "run.eval_every": s.run.eval_every,
-        "run.early_stop_patience": s.run.early_stop_patience,
-    }
-    for key, value in non_negative.items():
-        if value < 0:
-            raise SettingsError(f"{src}: {key}: must be >= 0, got {value}")
-    if not 0.0 <= s.algo.gamma <= 1.0:
-        raise SettingsError(f"{src}: algo.gamma: must be in [0, 1], got {s.algo.gamma}")
-    if not 0.0 < s.algo.tau <= 1.0:
-        raise SettingsError(f"{src}: algo.tau: must be in (0, 1], got {s.algo.tau}")
-    eps = s.algo.epsilon = [_epsilon_pair(p) for p in s.algo.epsilon]
-    ok = all(isinstance(p, (list, tuple)) and len(p) == 2 for p in eps) and len(eps) >= 1
-    ok = ok and all(isinstance(x, (int, float)) and not isinstance(x, bool) for p in eps for x in p)
-    if ok:
-        steps = [p[0] for p in eps]
-        ok = steps == sorted(steps) and all(0.0 <= float(p[1]) <= 1.0 for p in eps)
-    if not ok:
-        raise SettingsError(
-            f"{src}: algo.epsilon: expected [[step, value], ...] with increasing steps and values "
-            f"in [0, 1], got {eps!r}"
-        )
-    for name in ("num_gpus_per_learner", "num_gpus_per_env_runner"):
-        value = getattr(s.algo, name)
-        if value != -1 and value < 0:
-            raise SettingsError(f"{src}: algo.{name}: must be -1 (auto) or >= 0, got {value}")
-    _validate_runner_resources(s)
-    _validate_components(s)
-
-
-def _validate_runner_resources(s: Settings) -> None:
-    """``algo.custom_resources_per_env_runner``: Ray resource names (not CPU/GPU) -> amounts >= 0."""
-    key = f"{s.source}: algo.custom_resources_per_env_runner"
-    for name, amount in s.algo.custom_resources_per_env_runner.items():
-        if not isinstance(name, str) or not name:
-            raise SettingsError(f"{key}: resource names must be non-empty strings, got {name!r}")
-        if name in ("CPU", "GPU"):
-            raise SettingsError(f"{key}: {name} is not a custom resource; runners take 1 CPU each and "
-                                f"algo.num_gpus_per_env_runner GPUs")
-        number = _float_text(amount) if isinstance(amount, str) else amount
-        if isinstance(number, bool) or not isinstance(number, (int, float)) or not 0 <= number < math.inf:
-            raise SettingsError(f"{key}: {name}: expected a number >= 0, got {amount!r}")
-        s.algo.custom_resources_per_env_runner[name] = number
-
-
-def _numeric_strings(value: Any, typ: Any) -> Any:
-    """``value`` with numeric strings turned into floats where ``typ`` expects a float (also inside
-    ``Optional[float]`` and tuples/lists of floats); anything else unchanged (the component's own
-    check then names it)."""
-    if typ is float:
-        number = _float_text(value)
-        return value if number is None else number
-    origin, args = typing.get_origin(typ), typing.get_args(typ)
-    if origin in (typing.Union, types.UnionType) and float in args:
-        return _numeric_strings(value, float)
-    if origin in (tuple, list) and isinstance(value, (list, tuple)) and args:
-        if len(args) == 2 and args[1] is Ellipsis:
-            return type(value)(_numeric_strings(v, args[0]) for v in value)
-        if origin is list:
-            return type(value)(_numeric_strings(v, args[0]) for v in value)
-        if len(args) == len(value):
-            return type(value)(_numeric_strings(v, t) for v, t in zip(value, args))
-    return value
-
-
-def _numeric_strings_in(values: dict, hints: dict) -> None:
-    for key, typ in hints.items():
-        if key in values:
-            values[key] = _numeric_strings(values[key], typ)
-
-
-def _coerce_dict_sections(s: Settings) -> None:
-    """Numeric strings -> floats in the dict sections where the component expects a float: the
-    float fields of ``env``, ``runner`` and ``learner``, and in ``data`` the float keys, ``split``,
-    ``window``, ``features`` and ``synthetic`` (the generator's float keywords)."""
-    import inspect
-
-    from rl_zerosync.env_runner.runner_settings import RunnerSettings
-    from rl_zerosync.envs import EnvParams
-    from rl_zerosync.envs.market import FeatureConfig
-    from rl_zerosync.envs.synthetic import synthetic_series
+def _validate_algo(a: AlgoSettings, src: str) -> None:
+    """The ``algo`` keys: the learner's by ``LearnerSettings``, epsilon by the epsilon rule, the rest here."""
+    from rl_zerosync.env_runner.epsilon import normalize_epsilon_schedule
     from rl_zerosync.learner.learner_settings import LearnerSettings
 
-    for section, cls in (("env", EnvParams), ("runner", RunnerSettings), ("learner", LearnerSettings)):
-        values = getattr(s, section)
-        if isinstance(values, dict):
-            _numeric_strings_in(values, typing.get_type_hints(cls))
-    data = s.data
-    if not isinstance(data, dict):
-        return
-    _numeric_strings_in(data, {k: float for k in ("periods_per_year", "spread_bps", "min_spread_bps",
-                                                  "max_abs_log_return")})
-    _numeric_strings_in(data, {"window": list[float]})
-    split = data.get("split")
-    if isinstance(split, dict):
-        _numeric_strings_in(split, {k: float for k in split})
-    elif isinstance(split, list):
-        data["split"] = _numeric_strings(split, list[float])
-    if isinstance(data.get("features"), dict):
-        _numeric_strings_in(data["features"], typing.get_type_hints(FeatureConfig))
-    if isinstance(data.get("synthetic"), dict):
-        floats = {name: float for name, p in inspect.signature(synthetic_series).parameters.items()
-                  if isinstance(p.default, float)}
-        _numeric_strings_in(data["synthetic"], floats)
-
-
-def _validate_components(s: Settings) -> None:
-    """Build the component settings once so their own checks run now, naming the file."""
-    from rl_zerosync.env_runner.runner_settings import RunnerSettings
-    from rl_zerosync.envs import EnvParams
-    from rl_zerosync.learner.learner_settings import LearnerSettings
-
-    _coerce_dict_sections(s)
-    for section, cls in (("env", EnvParams), ("runner", RunnerSettings), ("learner", LearnerSettings)):
-        values = getattr(s, section)
-        allowed = [f.name for f in dataclasses.fields(cls)]
-        for key in values:
-            if key not in allowed:
-                raise SettingsError(
-                    f"{s.source}: {section}.{key}: unknown key; allowed: {', '.join(allowed)}"
-                )
+    for key, name in LEARNER_FIELDS.items():
         try:
-            cls(**values)
-        except (TypeError, ValueError) as err:
-            raise SettingsError(f"{s.source}: {section}: {err}") from err
-    if not isinstance(s.data, dict) or "source" not in s.data:
-        raise SettingsError(f"{s.source}: data.source: required (synthetic, csv or parquet)")
-    from rl_zerosync.envs.config import check_data_keys
-
+            LearnerSettings(**{name: getattr(a, key)})
+        except ValueError as err:
+            raise SettingsError(f"{src}: algo.{key}: {str(err).removeprefix(name + ' ')}") from None
     try:
-        check_data_keys(s.data)
+        eps = normalize_epsilon_schedule(epsilon_numbers(a.epsilon), field="algo.epsilon")
     except ValueError as err:
-        raise SettingsError(f"{s.source}: {err}") from err
+        raise SettingsError(f"{src}: {err}") from None
+    a.epsilon = [list(p) for p in eps]
+    for key in ("num_envs_per_runner", "rollout_length", "replay_ratio", "env_runner_restart_timeout_s"):
+        check(src, f"algo.{key}", getattr(a, key) > 0, f"must be > 0, got {getattr(a, key)}")
+    for key in ("learning_starts", "num_env_runners", "num_learners"):
+        check(src, f"algo.{key}", getattr(a, key) >= 0, f"must be >= 0, got {getattr(a, key)}")
+    for key in ("num_gpus_per_learner", "num_gpus_per_env_runner"):
+        value = getattr(a, key)
+        check(src, f"algo.{key}", value == -1 or value >= 0, f"must be -1 (auto) or >= 0, got {value}")
+    where = "algo.custom_resources_per_env_runner"
+    for name, amount in a.custom_resources_per_env_runner.items():
+        check(src, where, isinstance(name, str) and bool(name),
+               f"resource names must be non-empty strings, got {name!r}")
+        check(src, where, name not in ("CPU", "GPU"), f"{name} is not a custom resource; runners take 1 CPU "
+                                                       f"each and algo.num_gpus_per_env_runner GPUs")
+        number = float_text(amount) if isinstance(amount, str) else amount
+        check(src, where, not isinstance(number, bool) and isinstance(number, (int, float)) and 0 <= number < math.inf,
+               f"{name}: expected a number >= 0, got {amount!r}")
+        a.custom_resources_per_env_runner[name] = number
 
 
 def from_dict(raw: dict, source: str = "<dict>") -> Settings:
-    """Build and validate :class:`Settings` from a plain dict."""
+    """Build and validate :class:`Settings` from a plain dict (every check runs here)."""
     if not isinstance(raw, dict):
         raise SettingsError(f"{source}: expected a mapping at the top level, got {type(raw).__name__}")
-    allowed = list(_TYPED_SECTIONS) + list(_DICT_SECTIONS)
-    kwargs: dict[str, Any] = {}
+    allowed = list(_TYPED_SECTIONS) + list(_COMPONENT_SECTIONS)
+    sections: dict[str, dict] = {}
     for key, value in raw.items():
         if key not in allowed:
             raise SettingsError(f"{source}: {key}: unknown section; allowed: {', '.join(allowed)}")
@@ -435,39 +302,19 @@ def from_dict(raw: dict, source: str = "<dict>") -> Settings:
             value = {}
         if not isinstance(value, dict):
             raise SettingsError(f"{source}: {key}: expected a mapping, got {value!r}")
-        if key in _TYPED_SECTIONS:
-            kwargs[key] = _build_section(_TYPED_SECTIONS[key], value, f"{source}: {key}")
-        else:
-            kwargs[key] = copy.deepcopy(value)
-    s = Settings(**kwargs, source=source)
-    _validate(s)
-    return s
-
-
-def _parse_override(item: str) -> tuple[list[str], Any]:
-    if "=" not in item:
-        raise SettingsError(f"--set {item!r}: expected section.key=value")
-    key, text = item.split("=", 1)
-    path = key.strip().split(".")
-    if len(path) < 2:
-        raise SettingsError(f"--set {item!r}: expected section.key=value (e.g. run.iterations=5)")
-    try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
-        value = text
-    if isinstance(value, str):
-        try:
-            value = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            pass
-    return path, value
+        sections[key] = value
+    typed = {k: _build_section(cls, sections.get(k, {}), f"{source}: {k}") for k, cls in _TYPED_SECTIONS.items()}
+    _validate_run_and_model(typed["run"], typed["model"], source)
+    _validate_algo(typed["algo"], source)
+    components = build_components(sections, typed["run"], typed["algo"], source)
+    return Settings(**typed, **components, source=source)
 
 
 def apply_overrides(raw: dict, overrides: list[str]) -> dict:
     """Apply ``section.key=value`` overrides (YAML-parsed values) to a raw settings dict."""
     raw = copy.deepcopy(raw)
     for item in overrides or []:
-        path, value = _parse_override(item)
+        path, value = parse_override(item)
         node = raw
         for part in path[:-1]:
             node = node.setdefault(part, {})
@@ -510,21 +357,13 @@ def to_rllib_config(s: Settings):
     from rl_zerosync.envs.gym_twin import ENV_ID_IMPORTABLE
 
     a = s.algo
-    learner_cfg = dict(s.learner)
-    learner_cfg.setdefault("seed", s.run.seed)
-    if a.weight_decay or "weight_decay" not in learner_cfg:
-        learner_cfg["weight_decay"] = a.weight_decay  # DQNConfig has no field: the zerosync dict
-    runner_cfg = dict(s.runner)
-    runner_cfg.setdefault("seed", s.run.seed)
     gpus_learner = _gpus(a.num_gpus_per_learner)
     gpus_runner = _gpus(a.num_gpus_per_env_runner) if a.num_env_runners > 0 else 0.0
+    env_config = {"data": copy.deepcopy(dict(s.data)), "env": copy.deepcopy(dict(s.env)),
+                  "runner": copy.deepcopy(runner_config(s.runner, s.run)), "action_mode": s.model.action_mode}
     config = (
         ZeroSyncDQNConfig()
-        .environment(
-            ENV_ID_IMPORTABLE,
-            env_config={"data": s.data, "env": s.env, "runner": runner_cfg,
-                        "action_mode": s.model.action_mode},
-        )
+        .environment(ENV_ID_IMPORTABLE, env_config=env_config)
         .env_runners(
             num_env_runners=a.num_env_runners,
             num_envs_per_env_runner=a.num_envs_per_runner,
@@ -536,7 +375,7 @@ def to_rllib_config(s: Settings):
         .learners(
             num_learners=a.num_learners,
             num_gpus_per_learner=gpus_learner,
-            learner_config_dict={"zerosync": learner_cfg},
+            learner_config_dict={"zerosync": copy.deepcopy(learner_config(s.learner, s.run, a))},
         )
         .training(
             lr=a.lr,

@@ -43,7 +43,7 @@ def test_unknown_section(tmp_path):
     [
         ({"model": {"action_mode": "hybrid"}}, "model.action_mode: got 'hybrid'; allowed: routed, flat, branching"),
         ({"algo": {"lr": "fast"}}, "algo.lr: expected float"),
-        ({"algo": {"gamma": 1.5}}, "algo.gamma: must be in [0, 1]"),
+        ({"algo": {"gamma": 1.5}}, "algo.gamma: must be <= 1.0"),
         ({"algo": {"epsilon": [[10, 1.0], [0, 0.1]]}}, "algo.epsilon"),
         ({"env": {"episode_length": 3}}, "env.episode_length: unknown key; allowed:"),
         ({"runner": {"output": "frames"}}, "runner"),

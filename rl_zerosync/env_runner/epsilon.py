@@ -1,18 +1,80 @@
-"""Piecewise-linear epsilon schedule evaluated on the device from a device step counter.
+"""Epsilon schedules: the one rule that accepts them, and their evaluation on the device.
 
-``eps(t) = v0 + sum_k (v[k+1] - v[k]) * clamp((t - t[k]) / (t[k+1] - t[k]), 0, 1)``: a sum of
-clamped ramps, which is the piecewise-linear interpolation through the breakpoints, holding the
-last value after the last breakpoint (RLlib's ``PiecewiseSchedule`` with
-``outside_value = last value``). No branches, no host reads: safe inside a rollout step and
-inside a CUDA graph.
+:func:`normalize_epsilon_schedule` is the only validator of an epsilon schedule; a settings file
+(``algo.epsilon``, ``runner.epsilon``), the env runner and the Q module all call it, so a schedule
+is accepted or refused the same way everywhere, at settings load for a file.
+
+The rule: a constant in [0, 1], or ``[(step, value), ...]`` with integer env-step breakpoints
+``>= 0`` that **start at 0** and **strictly increase**, and values in [0, 1]. Why these two:
+
+* RLlib's ``Scheduler`` takes the value of the first breakpoint as the initial value and its
+  ``Scheduler.validate`` requires step 0 first; before a first breakpoint ``t0 > 0`` its
+  ``PiecewiseSchedule`` would return the *last* value (its ``outside_value``) while the device
+  evaluation below would hold the first, so a schedule not starting at 0 would mean two things.
+* Equal steps are a jump in RLlib's ``PiecewiseSchedule`` but a zero-length ramp (a division by
+  zero) here; a jump is written as two nearby steps instead.
+
+Every shipped config and RLlib's default ``[(0, 1.0), (10000, 0.05)]`` satisfy it.
+
+Evaluation: ``eps(t) = v0 + sum_k (v[k+1] - v[k]) * clamp((t - t[k]) / (t[k+1] - t[k]), 0, 1)``: a sum
+of clamped ramps, which is the piecewise-linear interpolation through the breakpoints, holding the
+last value after the last breakpoint (RLlib's ``PiecewiseSchedule`` with ``outside_value = last
+value``). No branches, no host reads: safe inside a rollout step and inside a CUDA graph.
 """
 from __future__ import annotations
 
-from typing import Sequence, Union
+import math
+from typing import Sequence, Tuple, Union
 
 import torch
 
-from rl_zerosync.env_runner.runner_settings import EpsilonSchedule, normalize_epsilon_schedule
+EpsilonSchedule = Tuple[Tuple[int, float], ...]
+"""A normalized schedule: ``((0, v0), (t1, v1), ...)``."""
+
+
+def normalize_epsilon_schedule(
+    value: Union[float, int, Sequence[Sequence[Union[int, float]]]], *, field: str = "epsilon"
+) -> EpsilonSchedule:
+    """Validates an epsilon schedule (the rule of the module docstring) and returns it as
+    ``((t0, v0), (t1, v1), ...)``; a constant ``v`` is returned as ``((0, v),)``.
+
+    Raises ValueError naming ``field`` (e.g. ``"algo.epsilon"``) otherwise.
+    """
+    if isinstance(value, (bool, str, bytes)):
+        raise ValueError(f"{field} must be a float in [0, 1] or a list of (step, value) pairs, got {value!r}")
+    if isinstance(value, (int, float)):
+        pairs: list = [(0, value)]
+    else:
+        try:
+            pairs = [tuple(p) for p in value]
+        except TypeError:
+            raise ValueError(
+                f"{field} must be a float in [0, 1] or a list of (step, value) pairs, got {value!r}"
+            ) from None
+    if not pairs:
+        raise ValueError(f"{field} must hold at least one (step, value) pair, got an empty list")
+    out = []
+    for i, pair in enumerate(pairs):
+        if len(pair) != 2:
+            raise ValueError(f"{field}[{i}] must be a (step, value) pair, got {pair!r}")
+        t, v = pair
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t != int(t) or t < 0:
+            raise ValueError(f"{field}[{i}] step must be an integer >= 0, got {t!r}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0.0 <= float(v) <= 1.0):
+            raise ValueError(f"{field}[{i}] value must be a float in [0, 1], got {v!r}")
+        if out and int(t) <= out[-1][0]:
+            raise ValueError(
+                f"{field} steps must be strictly increasing, got {out[-1][0]} then {int(t)} at index {i}"
+            )
+        out.append((int(t), float(v)))
+    if out[0][0] != 0:
+        raise ValueError(f"{field}[0] step must be 0, got {out[0][0]}")
+    return tuple(out)
+
+
+def rllib_schedule(schedule: EpsilonSchedule) -> Union[float, list]:
+    """A normalized schedule as RLlib's ``Scheduler`` takes it: the value itself when constant."""
+    return schedule[0][1] if len(schedule) == 1 else list(schedule)
 
 
 class DeviceEpsilonSchedule:

@@ -63,14 +63,13 @@ from rl_zerosync.envs.batched import observation_space  # noqa: F401  (re-export
 from rl_zerosync.envs.protocol import BatchedEnv, resolve_batched_env, spaces_of
 from rl_zerosync.envs.fresh import FreshSeries, regenerate_every
 from rl_zerosync.kernels import get_kernels
+from rl_zerosync.presets import API
 
 ROLLOUT_ENQUEUE_TIMER = "rollout_enqueue_timer"
 """Host seconds to enqueue the T steps (graph replay or eager launches); last rollout."""
 ROLLOUT_READBACK_TIMER = "rollout_readback_timer"
 """Host seconds from the enqueue to the host copy landing (device rollout + copy); last rollout."""
 
-DEFAULT_EPSILON = [(0, 1.0), (10000, 0.05)]
-"""``DQNConfig.epsilon``'s default, for configs without an ``epsilon`` field."""
 TRADING_METRICS = "trading"
 """Key under which the env's trading metrics (episode PnL, costs, turnover, action mix) are logged."""
 ENV_METRICS = "env_metrics"
@@ -245,7 +244,7 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
             kernels=get_kernels(self.device),
             action_mode=self.action_mode,
             num_steps=self.num_steps,
-            epsilon=s.epsilon if s.epsilon is not None else getattr(self.config, "epsilon", DEFAULT_EPSILON),
+            epsilon=s.epsilon if s.epsilon is not None else getattr(self.config, "epsilon", API.epsilon),
             seed=self.seed,
             wide=s.wide,
             high_vol=s.high_vol,

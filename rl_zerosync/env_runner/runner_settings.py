@@ -1,57 +1,22 @@
-"""Typed settings of the GPU env runner, read from ``config.env_config["runner"]``."""
+"""Typed settings of the GPU env runner, read from ``config.env_config["runner"]``.
+
+The epsilon rule (:func:`normalize_epsilon_schedule`, re-exported here) lives in
+:mod:`rl_zerosync.env_runner.epsilon`; the action modes in :mod:`rl_zerosync.actions`.
+"""
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Any, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Mapping, Optional
+
+from rl_zerosync.actions import ACTION_MODES, DEFAULT_ACTION_MODE
+from rl_zerosync.env_runner.epsilon import EpsilonSchedule, normalize_epsilon_schedule
+
+__all__ = ["DEVICES", "OUTPUTS", "EpsilonSchedule", "RunnerSettings", "action_mode_from_model_config",
+           "normalize_epsilon_schedule"]
 
 OUTPUTS = ("columnar", "episodes")
 DEVICES = ("auto", "cpu", "cuda")
-ACTION_MODES = ("routed", "flat", "branching")
-
-EpsilonSchedule = Tuple[Tuple[int, float], ...]
-
-
-def normalize_epsilon_schedule(
-    value: Union[float, int, Sequence[Sequence[Union[int, float]]]], *, field: str = "epsilon"
-) -> EpsilonSchedule:
-    """Validates an epsilon schedule and returns it as ``((t0, v0), (t1, v1), ...)``.
-
-    Accepts a constant in [0, 1] (returned as ``((0, value),)``) or RLlib's piecewise-linear
-    form ``[(0, v0), (t1, v1), ...]``: integer env-step breakpoints starting at 0 (as RLlib's
-    ``Scheduler`` requires), strictly increasing, values in [0, 1]. Raises ValueError naming
-    ``field`` otherwise.
-    """
-    if isinstance(value, bool):
-        raise ValueError(f"{field} must be a float in [0, 1] or a list of (step, value) pairs, got {value!r}")
-    if isinstance(value, (int, float)):
-        pairs: list = [(0, value)]
-    else:
-        try:
-            pairs = [tuple(p) for p in value]
-        except TypeError:
-            raise ValueError(
-                f"{field} must be a float in [0, 1] or a list of (step, value) pairs, got {value!r}"
-            ) from None
-    if not pairs:
-        raise ValueError(f"{field} must hold at least one (step, value) pair, got an empty list")
-    out = []
-    for i, pair in enumerate(pairs):
-        if len(pair) != 2:
-            raise ValueError(f"{field}[{i}] must be a (step, value) pair, got {pair!r}")
-        t, v = pair
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or t != int(t) or t < 0:
-            raise ValueError(f"{field}[{i}] step must be an integer >= 0, got {t!r}")
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0.0 <= float(v) <= 1.0):
-            raise ValueError(f"{field}[{i}] value must be a float in [0, 1], got {v!r}")
-        if out and int(t) <= out[-1][0]:
-            raise ValueError(
-                f"{field} steps must be strictly increasing, got {out[-1][0]} then {int(t)} at index {i}"
-            )
-        out.append((int(t), float(v)))
-    if out[0][0] != 0:
-        raise ValueError(f"{field}[0] step must be 0, got {out[0][0]}")
-    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -70,7 +35,8 @@ class RunnerSettings:
     seed: Optional[int] = None
     """Seed of the action RNG and the envs; None: ``config.seed`` or 0. Worker index is added."""
     epsilon: Optional[Any] = None
-    """Epsilon schedule override (float or [(step, value), ...]); None: ``config.epsilon``."""
+    """Epsilon schedule override (float or [(step, value), ...], the rule of
+    :func:`~rl_zerosync.env_runner.epsilon.normalize_epsilon_schedule`); None: ``config.epsilon``."""
     wide: float = 1.5
     """Routing: spread / median spread at or above this is a wide spread."""
     high_vol: float = 1.5
@@ -118,9 +84,9 @@ class RunnerSettings:
 
 
 def action_mode_from_model_config(model_config: Optional[Mapping[str, Any]], *, trading: bool = True) -> str:
-    """``model_config["action_mode"]`` (default "routed" for the trading env, "flat" for other
-    batched envs), validated."""
-    mode = (model_config or {}).get("action_mode", "routed" if trading else "flat")
+    """``model_config["action_mode"]`` (default ``DEFAULT_ACTION_MODE`` for the trading env, "flat"
+    for other batched envs), validated."""
+    mode = (model_config or {}).get("action_mode", DEFAULT_ACTION_MODE if trading else "flat")
     if mode not in ACTION_MODES:
         raise ValueError(f"model_config['action_mode'] must be one of {ACTION_MODES}, got {mode!r}")
     return mode

@@ -23,11 +23,13 @@ from rl_zerosync.envs.market import TENSOR_FIELDS, MarketData
 
 def regenerate_every(data_cfg: Mapping[str, Any] | None) -> int:
     """``data.regenerate_every`` (0 = off), validated: synthetic source only, an int >= 0."""
+    from rl_zerosync.envs.config import DataSettings  # the defaults (config imports this module)
+
     cfg = dict(data_cfg or {})
-    n = cfg.get("regenerate_every", 0)
+    n = cfg.get("regenerate_every", DataSettings.regenerate_every)
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"data.regenerate_every: expected an int >= 0, got {n!r}")
-    if n and cfg.get("source", "synthetic") != "synthetic":
+    if n and cfg.get("source", DataSettings.source) != "synthetic":
         raise ValueError(f"data.regenerate_every: only the synthetic source can draw fresh series, "
                          f"got source {cfg.get('source')!r}")
     return n
@@ -59,8 +61,10 @@ class FreshSeries:
     """Generations of training series for one env runner, the next one prefetched in a process."""
 
     def __init__(self, data_cfg: Mapping[str, Any], run_seed: int, runner: int, *, prefetch: bool = True) -> None:
+        from rl_zerosync.envs.config import DataSettings  # the defaults (config imports this module)
+
         self.cfg = dict(data_cfg)
-        self.data_seed = int(self.cfg.get("seed", 0))
+        self.data_seed = int(self.cfg.get("seed", DataSettings.seed))
         self.run_seed, self.runner = int(run_seed), int(runner)
         self.generation = 0
         self._pool: Optional[cf.ProcessPoolExecutor] = None

@@ -33,7 +33,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rl_zerosync.actions import NUM_ACTIONS, NUM_EXPOSURES
+from rl_zerosync.actions import ACTION_MODES, NUM_ACTIONS, NUM_EXPOSURES
 from rl_zerosync.envs.core import EnvState, init_state, make_tables, observe, reset_state, route_inputs, step_with_info
 from rl_zerosync.envs.market import MarketData
 from rl_zerosync.envs.params import EnvParams
@@ -46,7 +46,8 @@ ENV_ID_IMPORTABLE = "rl_zerosync.envs:" + ENV_ID
 TORCH_ENV_ID = "rl_zerosync/TradingTorch-v0"
 """The torch reference twin (:class:`TradingGymEnv`)."""
 TORCH_ENV_ID_IMPORTABLE = "rl_zerosync.envs:" + TORCH_ENV_ID
-ACTION_MODES = ("flat", "routed")
+TWIN_ACTION_MODES = tuple(m for m in ACTION_MODES if m != "branching")
+"""The action modes of the one-env twins (no branching head)."""
 _KEYS = ("data", "env", "runner", "split", "action_mode", "routing", "env_id")
 ROUTING_THRESHOLDS = ("wide", "high_vol", "low_vol")
 """Routing threshold keys (of ``RunnerSettings`` / a run's ``runner`` section)."""
@@ -71,8 +72,8 @@ def parse_env_config(env_config: Mapping[str, Any] | None, kwargs: Mapping[str, 
     env_cfg = cfg.get("env")
     params = env_cfg if isinstance(env_cfg, EnvParams) else EnvParams.from_dict(env_cfg)
     action_mode = cfg.get("action_mode", "flat")
-    if action_mode not in ACTION_MODES:
-        raise ValueError(f"{owner} action_mode: expected one of {ACTION_MODES}, got {action_mode!r}")
+    if action_mode not in TWIN_ACTION_MODES:
+        raise ValueError(f"{owner} action_mode: expected one of {TWIN_ACTION_MODES}, got {action_mode!r}")
     routing = dict(cfg.get("routing") or {})
     bad = sorted(set(routing) - set(ROUTING_THRESHOLDS))
     if bad:

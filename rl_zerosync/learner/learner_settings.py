@@ -9,7 +9,9 @@ Two sources, one object (:meth:`LearnerSettings.from_config`):
   ``target_network_update_freq``, ``tau``, ``double_q``, ``train_batch_size_per_learner`` and
   ``td_error_loss_fn`` (the default of ``loss``). These may not be repeated in the zerosync dict.
 
-Every bad value raises ValueError naming the field and the allowed values.
+The DQN fields default to :data:`rl_zerosync.presets.API` (what ``ZeroSyncDQNConfig()`` sets), so a
+``LearnerSettings()`` built without a config matches a fresh config. Every bad value raises
+ValueError naming the field and the allowed values.
 """
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
+
+from rl_zerosync.presets import API
 
 __all__ = ["LearnerSettings", "LOSSES", "NONFINITE_POLICIES", "COLLAPSE_POLICIES", "DIVERGENCE_POLICIES"]
 
@@ -74,26 +78,27 @@ class LearnerSettings:
     """Gradient collapse past the warmup: "warn" (log) or "halt" at the next boundary."""
     divergence_policy: str = "halt"
     """Q divergence past the patience: "halt" at the next boundary or "warn"."""
-    weight_decay: float = 0.0
+    weight_decay: float = API.weight_decay
     """Decoupled weight decay of the optimizer: > 0 = fused AdamW (``p *= 1 - lr * weight_decay`` on
     every parameter, skipped with the rest of a guarded step); 0 = fused Adam (the default)."""
     seed: int = 0
     """Seed of the counter-based replay sampling (defaults to the AlgorithmConfig's seed when set)."""
-    gamma: float = 0.99
+    gamma: float = API.gamma
     """Discount (from DQNConfig.gamma)."""
-    n_step: int = 1
+    n_step: int = API.n_step
     """n-step return length of the device replay (from DQNConfig.n_step; an int)."""
-    lr: float = 5e-4
+    lr: float = API.lr
     """Adam learning rate (from DQNConfig.lr; a float, schedules are not supported)."""
-    grad_clip: Optional[float] = 40.0
+    grad_clip: Optional[float] = API.grad_clip
     """Global-norm gradient clip (from DQNConfig.grad_clip; None = no clip)."""
-    target_network_update_freq: int = 500
-    """Hard target update every this many ``train()`` updates (from DQNConfig; drop-in ``update()`` keeps RLlib's env-step meaning)."""
-    tau: float = 1.0
+    target_network_update_freq: int = API.target_update_freq
+    """Target update (hard copy, or a Polyak step when ``tau < 1``) every this many ``train()`` updates
+    (from DQNConfig; drop-in ``update()`` keeps RLlib's env-step meaning)."""
+    tau: float = API.tau
     """Target update weight: 1.0 = hard copy, < 1 = Polyak ``target += tau * (online - target)`` (from DQNConfig.tau)."""
-    double_q: bool = True
+    double_q: bool = API.double_q
     """Double DQN: the online net picks the next action, the target net values it (from DQNConfig.double_q)."""
-    train_batch_size_per_learner: int = 32
+    train_batch_size_per_learner: int = API.batch_size
     """Transitions per update sampled from the device replay (from DQNConfig.train_batch_size_per_learner)."""
 
     def __post_init__(self) -> None:
@@ -180,13 +185,13 @@ class LearnerSettings:
                 f"grad_clip_by must be 'global_norm' for the zero-sync learner (it clips by the "
                 f"global norm on the device), got {clip_by!r}"
             )
-        n_step = getattr(config, "n_step", 1)
+        n_step = getattr(config, "n_step", None)
         if isinstance(n_step, (list, tuple)):
             raise ValueError(
                 f"n_step must be an int for the zero-sync learner's device replay, got {n_step!r}"
             )
         if "loss" not in zs:
-            zs["loss"] = getattr(config, "td_error_loss_fn", "huber")
+            zs["loss"] = getattr(config, "td_error_loss_fn", cls.loss)
         if "seed" not in zs and getattr(config, "seed", None) is not None:
             zs["seed"] = config.seed
         for name in DQN_FIELDS:

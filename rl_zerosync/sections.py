@@ -1,0 +1,152 @@
+"""The component sections of a settings file (data, env, runner, learner): each read as the keys the
+file set and built, at load, into its component's own settings class (:class:`Section`).
+
+The component classes are the one validator of their keys: ``DataSettings`` (:mod:`rl_zerosync.envs.config`),
+``EnvParams``, ``RunnerSettings`` and ``LearnerSettings``; the runner's seed defaults to ``run.seed``
+and the learner's DQN fields come from ``algo`` (:data:`LEARNER_FIELDS`), exactly as the components
+later build themselves from the RLlib config (:func:`runner_config`, :func:`learner_config`).
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import typing
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, Iterator, Mapping, TypeVar
+
+from rl_zerosync.yaml_values import SettingsError, check, epsilon_numbers, numeric_strings, numeric_strings_in
+
+if TYPE_CHECKING:
+    from rl_zerosync.settings import AlgoSettings, RunSettings
+
+__all__ = ["LEARNER_FIELDS", "Section", "build_components", "learner_config", "runner_config"]
+
+LEARNER_FIELDS = {
+    "lr": "lr", "gamma": "gamma", "n_step": "n_step", "batch_size": "train_batch_size_per_learner",
+    "target_update_freq": "target_network_update_freq", "tau": "tau", "double_q": "double_q",
+    "grad_clip": "grad_clip", "weight_decay": "weight_decay",
+}
+"""``algo`` keys the learner reads (as these ``LearnerSettings`` fields); ``LearnerSettings`` is their
+one validator."""
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, eq=False)
+class Section(Mapping[str, Any], Generic[T]):
+    """A component section (data, env, runner, learner) of a settings file.
+
+    As a read-only mapping it is the keys the file set (numeric strings read as numbers): what the
+    component receives in ``env_config`` / ``learner_config_dict`` and what ``settings.yaml`` stores.
+    ``typed`` is the component's settings object built from them at load (defaults filled, checked).
+    """
+
+    given: Mapping[str, Any]
+    """The keys the file set."""
+    typed: T
+    """The component's settings object (``DataSettings``, ``EnvParams``, ``RunnerSettings`` or
+    ``LearnerSettings``)."""
+
+    def __getitem__(self, key: str) -> Any:
+        return self.given[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.given)
+
+    def __len__(self) -> int:
+        return len(self.given)
+
+
+def runner_config(given: Mapping, run: RunSettings) -> dict:
+    """``env_config["runner"]``: the runner section, its seed defaulting to ``run.seed``."""
+    out = dict(given)
+    out.setdefault("seed", run.seed)
+    return out
+
+
+def learner_config(given: Mapping, run: RunSettings, algo: AlgoSettings) -> dict:
+    """``learner_config_dict["zerosync"]``: the learner section, its seed defaulting to ``run.seed`` and
+    ``weight_decay`` from ``algo`` (DQNConfig has no such field) unless only the learner section sets it."""
+    out = dict(given)
+    out.setdefault("seed", run.seed)
+    if algo.weight_decay or "weight_decay" not in out:
+        out["weight_decay"] = algo.weight_decay
+    return out
+
+
+def _read_numbers(section: str, values: dict, cls: type) -> None:
+    """Numeric strings -> floats where the component expects a float (in ``data`` also inside
+    ``split``, ``features`` and ``synthetic``), and in ``runner.epsilon``."""
+    if section == "data":
+        from rl_zerosync.envs.config import synthetic_keywords
+        from rl_zerosync.envs.market import FeatureConfig
+
+        hints: dict = {k: float for k in ("periods_per_year", "spread_bps", "min_spread_bps", "max_abs_log_return")}
+        hints["window"] = list[float]
+        split = values.get("split")
+        if isinstance(split, dict):
+            numeric_strings_in(split, {k: float for k in split})
+        elif isinstance(split, list):
+            values["split"] = numeric_strings(split, list[float])
+        if isinstance(values.get("features"), dict):
+            numeric_strings_in(values["features"], typing.get_type_hints(FeatureConfig))
+        if isinstance(values.get("synthetic"), dict):
+            numeric_strings_in(values["synthetic"], {k: float for k in synthetic_keywords()})
+    else:
+        hints = typing.get_type_hints(cls)
+    numeric_strings_in(values, hints)
+    if section == "runner" and "epsilon" in values:
+        values["epsilon"] = epsilon_numbers(values["epsilon"])
+
+
+def _check_keys(section: str, given: Mapping, cls: type, src: str) -> None:
+    """Unknown keys of the env, runner and learner sections (data: :class:`DataSettings` names them);
+    the learner's DQN fields are ``algo`` keys."""
+    from rl_zerosync.learner.learner_settings import DQN_FIELDS
+
+    allowed = [f.name for f in dataclasses.fields(cls) if section != "learner" or f.name not in DQN_FIELDS]
+    for key in given:
+        if key in DQN_FIELDS and section == "learner":
+            algo_key = next(k for k, v in LEARNER_FIELDS.items() if v == key)
+            raise SettingsError(f"{src}: learner.{key}: unknown key; set algo.{algo_key} (the learner reads it "
+                                f"from the DQN config)")
+        if key not in allowed:
+            raise SettingsError(f"{src}: {section}.{key}: unknown key; allowed: {', '.join(allowed)}")
+
+
+def _dqn_fields(algo: AlgoSettings) -> dict:
+    """The learner's DQN fields, from ``algo`` (what ``to_rllib_config`` puts on the DQNConfig)."""
+    return {name: getattr(algo, key) for key, name in LEARNER_FIELDS.items() if name != "weight_decay"}
+
+
+def build_components(raw: dict, run: RunSettings, algo: AlgoSettings, src: str) -> dict[str, Section]:
+    """The four component sections, each built and checked by its component's class."""
+    from rl_zerosync.env_runner.runner_settings import RunnerSettings
+    from rl_zerosync.envs.config import DataSettings
+    from rl_zerosync.envs.params import EnvParams
+    from rl_zerosync.learner.learner_settings import LearnerSettings
+
+    builders = {
+        "data": (DataSettings, DataSettings.from_dict),
+        "env": (EnvParams, lambda g: EnvParams(**g)),
+        "runner": (RunnerSettings, lambda g: RunnerSettings(**runner_config(g, run))),
+        "learner": (LearnerSettings, lambda g: LearnerSettings(**learner_config(g, run, algo), **_dqn_fields(algo))),
+    }
+    out = {}
+    for section, (cls, build) in builders.items():
+        given = copy.deepcopy(raw.get(section, {"source": "synthetic"} if section == "data" else {}))
+        _read_numbers(section, given, cls)
+        if section == "data":
+            check(src, "data.source", "source" in given, "required (synthetic, csv or parquet)")
+        else:
+            _check_keys(section, given, cls, src)
+        if section == "learner":
+            wd = given.get("weight_decay", algo.weight_decay)
+            check(src, "learner.weight_decay", not algo.weight_decay or wd == algo.weight_decay,
+                  f"conflicts with algo.weight_decay ({wd!r} vs {algo.weight_decay!r}); set only algo.weight_decay")
+        try:
+            typed = build(given)
+        except (TypeError, ValueError) as err:  # data's messages name data.<key> already
+            raise SettingsError(f"{src}: {err}" if section == "data" else f"{src}: {section}: {err}") from err
+        out[section] = Section(given=given, typed=typed)
+    return out
