@@ -83,7 +83,7 @@ def print_table(rows: Iterable[dict], cols: Sequence[str], *, width: int, title:
         print(title)
     print("  ".join(f"{c:>{width}}" for c in cols))
     for row in rows:
-        print("  ".join(f"{fmt(row[c]):>{width}}" for c in cols))
+        print("  ".join(f"{fmt(row.get(c)):>{width}}" for c in cols))  # a missing cell prints as None does
 
 
 def print_summary(summary: dict) -> None:
@@ -220,3 +220,19 @@ def local_learner(learner_group):
         raise ValueError("local_learner: the learner group has remote learners")
     (result,) = learner_group.foreach_learner(lambda learner: learner)
     return result.get()
+
+
+def cuda_kernels_per_call(fn: Callable[[], None], *, calls: int) -> Optional[float]:
+    """Device activities (kernels, memcpys, memsets; CUDA-graph nodes included) per call of ``fn``,
+    counted by the torch profiler over one run of ``fn`` (None without CUDA). ``fn`` should be warm."""
+    if not torch.cuda.is_available():
+        return None
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return sum(1 for e in prof.events() if e.device_type == DeviceType.CUDA) / calls
+

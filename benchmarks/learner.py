@@ -13,15 +13,21 @@ grad clip 40, double DQN, Huber):
   *not* timed (stock's best case).
 * ``ours_eager``: ``ZeroSyncDQNTorchLearner.train(K)`` with ``graph: false`` (device replay
   sampling, guard, fused Adam, Q stats, priorities-free uniform replay).
-* ``ours_graph``: the same, captured once in a CUDA graph and replayed.
+* ``ours_graph``: the same, captured once in a CUDA graph and replayed (the default learner).
+* ``ours_compiled``: ``learner.compile: true`` (torch.compile of the update's torch ops, inside the
+  graph). ``ours_compiled_tf32``: plus ``learner.tf32: true`` (the learner of ``configs/fast.yaml``).
 
 Measured per variant and batch size: median microseconds per update over repeats of K updates
 (CUDA events around the K updates; host clock after synchronize on CPU), updates/s, and
 synchronizing CUDA calls per update (``torch.cuda.set_sync_debug_mode("warn")`` + counted
-warnings: ``benchmarks.common.count_syncs``). Writes JSON (``--out``, default
+warnings: ``benchmarks.common.count_syncs``); for ours on CUDA also device activities per update
+(kernels, memcpys, memsets, counted by the torch profiler) and the host's microseconds to enqueue
+one update (``train(K)`` without waiting; far below the device time means launches are not the
+limit). Writes JSON (``--out``, default
 ``benchmarks/results/learner.json``) with a top-level
 ``summary``: ``syncs_per_update`` (ours, graphed; max over batch sizes), ``speedup_vs_stock_b256``,
-``speedup_vs_stock_b8192`` (stock us / graphed us).
+``speedup_vs_stock_b8192`` (stock us / graphed us), ``kernels_per_update`` and ``us_per_update_b512``
+(ours_graph at batch 512), their ``_fast`` twins (ours_compiled_tf32) and ``speedup_vs_stock_b256_fast``.
 
 Results to expect on one H200: 0 syncs per update for ours (graphed and eager), tens of syncs for
 stock; graphed >= 30x faster than stock at batch 256 and >= 10x at 8192.
@@ -42,7 +48,8 @@ from ray.rllib.algorithms.dqn import DQNConfig
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 from ray.rllib.utils.metrics import NUM_AGENT_STEPS_SAMPLED_LIFETIME, NUM_ENV_STEPS_SAMPLED_LIFETIME
 
-from benchmarks.common import count_syncs, parser, print_summary, result_header, results_path, write_json
+from benchmarks.common import (count_syncs, cuda_kernels_per_call, parser, print_summary, print_table, result_header,
+                               results_path, write_json)
 from rl_zerosync.learner import ZeroSyncDQNTorchLearner
 from rl_zerosync.module import make_module_spec
 
@@ -143,10 +150,10 @@ def bench_stock(batch: int, args, device: torch.device) -> Dict[str, float]:
     return {"median_us": us, "syncs_per_update": syncs}
 
 
-def bench_ours(batch: int, graph: bool, args, device: torch.device) -> Dict[str, float]:
+def bench_ours(batch: int, graph: bool, args, device: torch.device, **zerosync) -> Dict[str, float]:
     cuda = device.type == "cuda"
     cfg = make_config(batch=batch, hidden=args.hidden, cuda=cuda, learner_class=ZeroSyncDQNTorchLearner,
-                      zerosync={"replay_capacity": args.capacity, "graph": graph})
+                      zerosync={"replay_capacity": args.capacity, "graph": graph, **zerosync})
     learner = cfg.build_learner(spaces=spaces())
     learner.replay.add(random_rollout(max(1, args.capacity // 1000), 1000, device))
 
@@ -155,9 +162,17 @@ def bench_ours(batch: int, graph: bool, args, device: torch.device) -> Dict[str,
 
     us = time_updates(run_k, args.k, repeats=args.repeats, warmup=1, device=device)
     syncs = syncs_per_update(run_k, args.k, device)
+    kernels = cuda_kernels_per_call(run_k, calls=args.k) if cuda else None
+    host_us = None
+    if cuda:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        run_k()  # enqueue only: the host clock stops before the device is done
+        host_us = (time.perf_counter() - t0) * 1e6 / args.k
+        torch.cuda.synchronize()
     metrics = learner.collect_metrics()  # the per-iteration boundary read, outside the timing
     return {"median_us": us, "syncs_per_update": syncs, "skipped": metrics["skipped"],
-            "captured": learner.graph_captured}
+            "captured": learner.graph_captured, "kernels_per_update": kernels, "host_enqueue_us": host_us}
 
 
 def main(argv: Optional[List[str]] = None) -> Dict:
@@ -174,34 +189,43 @@ def main(argv: Optional[List[str]] = None) -> Dict:
     if args.quick:
         args.batch_sizes, args.k, args.repeats, args.capacity, args.hidden = [32, 128], 5, 3, 2000, [64, 64]
     else:
-        args.batch_sizes, args.k, args.repeats, args.capacity, args.hidden = [256, 1024, 8192], 50, 5, 100_000, [256, 256]
+        args.batch_sizes, args.k, args.repeats, args.capacity, args.hidden = [256, 512, 1024, 8192], 50, 5, 100_000, [256, 256]
 
     rows = []
     for b in args.batch_sizes:
         stock = bench_stock(b, args, device)
         eager = bench_ours(b, False, args, device)
-        graphed = bench_ours(b, True, args, device) if device.type == "cuda" else None
-        for name, r in (("stock", stock), ("ours_eager", eager), ("ours_graph", graphed)):
+        cuda = device.type == "cuda"
+        graphed = bench_ours(b, True, args, device) if cuda else None
+        compiled = bench_ours(b, True, args, device, compile=True) if cuda else None
+        fast = bench_ours(b, True, args, device, compile=True, tf32=True) if cuda else None
+        for name, r in (("stock", stock), ("ours_eager", eager), ("ours_graph", graphed),
+                        ("ours_compiled", compiled), ("ours_compiled_tf32", fast)):
             if r is None:
                 continue
             rows.append({"variant": name, "batch_size": b, **r, "updates_per_s": 1e6 / r["median_us"],
                          "speedup_vs_stock": stock["median_us"] / r["median_us"]})
 
-    print(f"{'variant':<11} {'batch':>6} {'median us':>11} {'updates/s':>11} {'syncs/upd':>10} {'x stock':>8}")
-    for r in rows:
-        syncs = "n/a" if r["syncs_per_update"] is None else f"{r['syncs_per_update']:.2f}"
-        print(f"{r['variant']:<11} {r['batch_size']:>6} {r['median_us']:>11.1f} {r['updates_per_s']:>11.1f} "
-              f"{syncs:>10} {r['speedup_vs_stock']:>8.2f}")
+    print_table(rows, ["variant", "batch_size", "median_us", "updates_per_s", "syncs_per_update",
+                       "kernels_per_update", "host_enqueue_us", "speedup_vs_stock"], width=12)
+
+    def pick(variant: str, b: int, key: str) -> Optional[float]:
+        hits = [r for r in rows if r["variant"] == variant and r["batch_size"] == b]
+        return hits[0].get(key) if hits else None
 
     def speedup(b: int) -> Optional[float]:
-        hits = [r for r in rows if r["variant"] == "ours_graph" and r["batch_size"] == b]
-        return hits[0]["speedup_vs_stock"] if hits else None
+        return pick("ours_graph", b, "speedup_vs_stock")
 
     graph_syncs = [r["syncs_per_update"] for r in rows if r["variant"] == "ours_graph"]
     summary = {
         "syncs_per_update": max(graph_syncs) if graph_syncs and None not in graph_syncs else None,
         "speedup_vs_stock_b256": speedup(256),
         "speedup_vs_stock_b8192": speedup(8192),
+        "kernels_per_update": pick("ours_graph", 512, "kernels_per_update"),
+        "us_per_update_b512": pick("ours_graph", 512, "median_us"),
+        "kernels_per_update_fast": pick("ours_compiled_tf32", 512, "kernels_per_update"),
+        "us_per_update_b512_fast": pick("ours_compiled_tf32", 512, "median_us"),
+        "speedup_vs_stock_b256_fast": pick("ours_compiled_tf32", 256, "speedup_vs_stock"),
     }
     summary["targets_met"] = (
         summary["syncs_per_update"] == 0

@@ -134,16 +134,31 @@ def learning_sweep(r, current: Optional[dict] = None) -> str:
 
 
 # ------------------------------------------------------------------------------------- learner
-LEARNER_LABELS = {"stock": "stock", "ours_eager": "ours, eager", "ours_graph": "ours, CUDA graph"}
+LEARNER_LABELS = {"stock": "stock", "ours_eager": "ours, eager", "ours_graph": "ours, CUDA graph",
+                  "ours_compiled": "ours, graph + compile", "ours_compiled_tf32": "ours, graph + compile + TF32"}
 
 
 def learner(r) -> str:
-    out = [_head(r), "| variant | batch | median µs/update | updates/s | syncs/update | × stock |",
-           "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    out = [_head(r), "| variant | batch | median µs/update | updates/s | syncs/update | device ops/update "
+           "| host µs/update | × stock |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for x in r["results"]:
         syncs = "n/a" if x["syncs_per_update"] is None else f"{x['syncs_per_update']:.2f}"
+        ops = x.get("kernels_per_update")
+        host = x.get("host_enqueue_us")
         out.append(f"| {LEARNER_LABELS.get(x['variant'], x['variant'])} | {x['batch_size']:,} | {x['median_us']:,.0f} "
-                   f"| {x['updates_per_s']:,.0f} | {syncs} | {x['speedup_vs_stock']:.1f} |")
+                   f"| {x['updates_per_s']:,.0f} | {syncs} | {'–' if ops is None else f'{ops:.0f}'} "
+                   f"| {'–' if host is None else f'{host:,.0f}'} | {x['speedup_vs_stock']:.1f} |")
+    return "\n".join(out)
+
+
+def throughput(r) -> str:
+    """End to end with training beside the sampler alone (``throughput.json``)."""
+    out = [_head(r), "| config | overlap | envs × T | replay ratio | env steps/s with training | sampler alone "
+           "| fraction of sampler |", "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for x in r["results"]:
+        out.append(f"| `{x['config']}` | {'on' if x['overlap'] else 'off'} | {x['num_envs']:,} × {x['rollout_length']} "
+                   f"| {x['replay_ratio_trained']:.2f} | {_num(x['e2e_env_steps_per_s'])} "
+                   f"| {_num(x['sampler_env_steps_per_s'])} | {x['fraction_of_sampler']:.2f} |")
     return "\n".join(out)
 
 
@@ -402,7 +417,8 @@ def reliability(r) -> str:
 
 # ----------------------------------------------------------------------------------------- main
 TABLES = (
-    ("learning", learning), ("learning_sweep", learning_sweep), ("e2e", e2e), ("learner", learner),
+    ("learning", learning), ("learning_sweep", learning_sweep), ("throughput", throughput), ("e2e", e2e),
+    ("learner", learner),
     ("stock_syncs", stock_syncs), ("env_runner", env_runner), ("cartpole", cartpole), ("scaling", scaling),
     ("scaling_learner", scaling_learner), ("kernels", kernels), ("env", env), ("reliability", reliability),
 )

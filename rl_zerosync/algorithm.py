@@ -168,6 +168,12 @@ class ZeroSyncDQNConfig(DQNConfig):
 
         if _is_gpu_runner(self.env_runner_cls):
             resolve_batched_env(self.env)  # ValueError naming an env the GPU runner cannot step
+            runner_cfg = (self.env_config or {}).get("runner") or {}
+            if runner_cfg.get("overlap") and (self.num_env_runners or self.num_learners):
+                raise ValueError(
+                    "runner.overlap: true needs the env runner and the learner in the driver process "
+                    f"(num_env_runners 0 and num_learners 0), got num_env_runners={self.num_env_runners}, "
+                    f"num_learners={self.num_learners}")
 
     @override(DQNConfig)
     def get_evaluation_config_object(self):
@@ -450,6 +456,10 @@ class ZeroSyncDQN(DQN):
 
     @override(DQN)
     def training_step(self) -> None:
+        runner = self._same_process_runner()
+        if runner is not None and runner.settings.overlap:
+            self._overlapped_training_step(runner, self.local_learner)
+            return
         self._wait_for_env_runners()
         with self._phase("sample", ENV_RUNNER_SAMPLING_TIMER):
             rollouts, runner_metrics = self._sample()
@@ -472,3 +482,35 @@ class ZeroSyncDQN(DQN):
 
         with self._phase("sync_weights", SYNCH_WORKER_WEIGHTS_TIMER):
             self._sync_weights()
+
+    def _overlapped_training_step(self, runner, learner) -> None:
+        """``runner.overlap``: this iteration's rollout samples while its updates train.
+
+        Launch the rollout (runner stream) -> enqueue K updates on the replay as it is (learner
+        stream) -> wait for the rollout -> add it -> read the learner's metrics -> sync weights.
+        Phases: ``sample`` (launch to rollout ready; the updates were enqueued inside it), ``add``,
+        ``train`` (what the updates still needed after the rollout, plus the readback),
+        ``sync_weights``. Updates start once the replay holds ``learning_starts`` env steps.
+        """
+        lifetime = self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)
+        learning = lifetime >= self.config.num_steps_sampled_before_learning_starts and learner.replay.size > 0
+        k = (updates_for(runner.num_envs * runner.num_steps, self.config.replay_ratio,
+                         self.config.train_batch_size_per_learner) if learning else 0)
+        with self._phase("sample", ENV_RUNNER_SAMPLING_TIMER):
+            runner.start_device_sample()
+            learner.train(k)  # enqueued only: it runs on the device beside the rollout
+            rollout = runner.finish_device_sample()
+            runner_metrics = [runner.get_metrics()]
+        self.metrics.aggregate(runner_metrics, key=ENV_RUNNER_RESULTS)
+        with self._phase("add", REPLAY_BUFFER_ADD_DATA_TIMER):
+            self._add_to_replay([rollout])
+        if not learning:
+            return
+        with self._phase("train", LEARNER_UPDATE_TIMER):
+            learner.collect_metrics()  # the one readback of this iteration
+            learner_results = [learner.metrics.reduce()]
+        self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
+        self.metrics.log_value(NUM_UPDATES_PER_ITERATION, k, window=1)
+        with self._phase("sync_weights", SYNCH_WORKER_WEIGHTS_TIMER):
+            self._sync_weights()
+

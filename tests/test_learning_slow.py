@@ -13,8 +13,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.slow
-def test_local_config_learns_positive_out_of_sample_sharpe(tmp_path):
+@pytest.mark.parametrize("overlap", [False, True], ids=["plain", "overlap"])
+def test_local_config_learns_positive_out_of_sample_sharpe(tmp_path, overlap):
     overrides = {
+        "runner.overlap": str(overlap).lower(),
         "run.dir": str(tmp_path), "run.name": "learn", "run.iterations": 40, "run.checkpoint_every": 0,
         "algo.num_envs_per_runner": 256, "algo.rollout_length": 32, "algo.batch_size": 256,
         "algo.replay_ratio": 2.0, "algo.learning_starts": 10000,

@@ -44,5 +44,6 @@ def test_local_learner_group_keeps_its_learner():
 
 def test_check_component_helper_exists():
     # get_state overrides filter their extra components with RLlib's helper.
-    assert list(inspect.signature(Checkpointable._check_component).parameters) == [
+    # (Ray's tracing hooks may append a ``_ray_trace_ctx`` parameter once Ray has run in this process.)
+    assert list(inspect.signature(Checkpointable._check_component).parameters)[:4] == [
         "self", "name", "components", "not_components"]

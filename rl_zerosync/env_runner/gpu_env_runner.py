@@ -14,7 +14,9 @@ buffer (actions, rewards, flags, metrics) once.
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import time
 import warnings
 from typing import Any, Collection, Dict, List, Optional, Union
 
@@ -192,6 +194,9 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
         self._weights_seq_no = 0
         self._rng_step = 0
         self._rollouts = 0
+        self._pending: Optional[str] = None  # exploration mode of a launched, uncollected rollout
+        self._launched_at = 0.0
+        self._stream: Optional[torch.cuda.Stream] = None  # the overlap stream (runner.overlap on CUDA)
         self._regenerate_every = 0
         self._fresh: Optional[FreshSeries] = None
         self.env: Optional[BatchedEnv] = None
@@ -238,6 +243,8 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
 
     def _make_rollout(self) -> None:
         s = self.settings
+        if s.overlap and self.device.type == "cuda":
+            self._stream = torch.cuda.Stream(device=self.device)
         self._rollout = DeviceRollout(
             env=self.env,
             module=self.module,
@@ -301,7 +308,25 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
         Valid until the next sample; obs never cross to the host. The leading part of the
         buffer (actions, rewards, flags, metrics) is still read back once for the metrics.
         """
-        samples = self._sample_once(self._mode(explore, random_actions), device_output=True)
+        self.start_device_sample(explore=explore, random_actions=random_actions)
+        return self.finish_device_sample()
+
+    def start_device_sample(self, *, explore: Optional[bool] = None, random_actions: bool = False) -> None:
+        """Launch one rollout and return without waiting (``runner.overlap``: on the runner's own
+        stream, after the work already queued on the current stream, e.g. a weight sync)."""
+        if self._pending is not None:
+            raise RuntimeError("start_device_sample: a rollout is already in flight; finish_device_sample() first")
+        mode = self._mode(explore, random_actions)
+        self._launch(mode)
+        self._pending = mode
+
+    def finish_device_sample(self) -> Dict[str, torch.Tensor]:
+        """Wait for the rollout of :meth:`start_device_sample` (its one readback), log its metrics and
+        return it as in :meth:`sample_device`."""
+        if self._pending is None:
+            raise RuntimeError("finish_device_sample: no rollout in flight; start_device_sample() first")
+        mode, self._pending = self._pending, None
+        samples = self._collect(mode, device_output=True)
         self._on_sample_end(samples)
         return samples
 
@@ -348,32 +373,56 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
         self, mode: str, *, device_output: bool
     ) -> Union[Dict[str, torch.Tensor], List[SingleAgentEpisode]]:
         """One rollout, one readback, metrics logged; the output per ``device_output`` / settings."""
+        self._launch(mode)
+        return self._collect(mode, device_output=device_output)
+
+    def _launch(self, mode: str) -> None:
+        """Enqueue one rollout (on the overlap stream if there is one); no wait."""
         if self._rollout is None:
             self.make_env()
         ro = self._rollout
-        if self._fresh is not None and self._rollouts and self._rollouts % self._regenerate_every == 0:
-            # Running episodes carry on over the new series (same shapes, same bars indices).
-            generation = self._fresh.advance(self.env.data)
-            self.metrics.log_value("data_generation", generation, window=1)
-        self._rollouts += 1
-        with self.metrics.log_time(SAMPLE_TIMER):
+        self._launched_at = time.perf_counter()
+        with self._on_runner_stream():
+            if self._fresh is not None and self._rollouts and self._rollouts % self._regenerate_every == 0:
+                # Running episodes carry on over the new series (same shapes, same bars indices).
+                generation = self._fresh.advance(self.env.data)
+                self.metrics.log_value("data_generation", generation, window=1)
+            self._rollouts += 1
             with self.metrics.log_time(ROLLOUT_ENQUEUE_TIMER, reduce="mean", window=1):
                 ro.run(env_steps=self.num_env_steps_sampled_lifetime, rng_step=self._rng_step, mode=mode,
                        graph=self.settings.graph)
-            # The readback waits for the rollout on the device, then for the copy.
-            with self.metrics.log_time(ROLLOUT_READBACK_TIMER, reduce="mean", window=1):
+        self._rng_step += self.num_steps
+
+    def _collect(
+        self, mode: str, *, device_output: bool
+    ) -> Union[Dict[str, torch.Tensor], List[SingleAgentEpisode]]:
+        """The launched rollout's one readback, its metrics and its output."""
+        ro = self._rollout
+        # The readback waits for the rollout on the device, then for the copy.
+        with self.metrics.log_time(ROLLOUT_READBACK_TIMER, reduce="mean", window=1):
+            with self._on_runner_stream():
                 host = ro.read_back(leading_only=device_output)
-            self._rng_step += self.num_steps
-            side = ro.views if device_output else host
-            self.last_extras = {k: side[k] for k in ROUTING_KEYS + ("epsilon",)}
-            if device_output or self.settings.output == "columnar":
-                out = {k: side[k] for k in ROLLOUT_KEYS}
-            else:
-                # Views of the pinned host copy (the one readback already happened).
-                out = self._episodes.build(*(host[k].numpy() for k in (  # host read: host views
-                    "obs", "next_obs", "actions", "rewards", "terminateds", "truncateds")))
-            self._log_rollout_metrics(host)
+        if self._stream is not None:
+            # Whatever the caller queues next on its stream (e.g. the replay add) follows the rollout.
+            torch.cuda.current_stream(self.device).wait_stream(self._stream)
+        side = ro.views if device_output else host
+        self.last_extras = {k: side[k] for k in ROUTING_KEYS + ("epsilon",)}
+        if device_output or self.settings.output == "columnar":
+            out = {k: side[k] for k in ROLLOUT_KEYS}
+        else:
+            # Views of the pinned host copy (the one readback already happened).
+            out = self._episodes.build(*(host[k].numpy() for k in (  # host read: host views
+                "obs", "next_obs", "actions", "rewards", "terminateds", "truncateds")))
+        self._log_rollout_metrics(host)
+        self.metrics.log_value(SAMPLE_TIMER, time.perf_counter() - self._launched_at)
         return out
+
+    def _on_runner_stream(self):
+        """Context: the overlap stream (after the current stream's queued work), else a no-op."""
+        if self._stream is None:
+            return contextlib.nullcontext()
+        self._stream.wait_stream(torch.cuda.current_stream(self.device))
+        return torch.cuda.stream(self._stream)
 
     def _reset(self) -> None:
         """Resets every env (RNG step 0) and forgets running episodes."""

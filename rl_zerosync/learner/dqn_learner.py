@@ -50,7 +50,7 @@ from ray.rllib.utils.typing import ModuleID, StateDict
 from rl_zerosync.kernels import get_kernels
 from rl_zerosync.learner.graph import GraphedUpdate
 from rl_zerosync.learner.learner_settings import LearnerSettings
-from rl_zerosync.learner.loss import td_loss
+from rl_zerosync.learner.update_parts import UpdateParts, tf32_matmuls
 from rl_zerosync.learner.replay import WEIGHTS, DeviceReplayBuffer, ReplaySample
 from rl_zerosync.learner.targets import TargetUpdater
 from rl_zerosync.learner.training_guard import TrainingGuard
@@ -109,6 +109,14 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
             priority_eps=s.priority_eps, seed=(s.seed + rank) % 2**64,
         )
         self._targets = TargetUpdater(pairs=inner.get_target_network_pairs(), tau=s.tau)
+        if s.compile and self.distributed:
+            raise ValueError("learner.compile: torch.compile of the update is not supported with "
+                             "num_learners > 1 (DDP); set compile: false")
+        self._parts = UpdateParts(
+            module=self.module[self._mid], replay=self.replay, branching=self._branching, gamma=s.gamma,
+            double_q=s.double_q, loss_type=s.loss, grad_clip=s.grad_clip,
+            compiled=bool(s.compile and self._device.type == "cuda"),
+        )
         self._sample: Optional[ReplaySample] = None
         self._grad_seed: Optional[torch.Tensor] = None
         self._batch: Optional[Dict[str, torch.Tensor]] = None
@@ -201,31 +209,23 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
         self, batch: Dict[str, torch.Tensor], need_td_abs: bool = True
     ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         """One guarded update on ``batch`` (device tensors); returns (loss, |TD| or None). No host read."""
-        s = self.settings
-        fwd_out = self.module[self._mid].forward_train(batch)
-        out = td_loss(fwd_out=fwd_out, batch=batch, branching=self._branching, gamma=s.gamma,
-                      double_q=s.double_q, loss_type=s.loss, need_td_abs=need_td_abs)
+        loss, td_abs, q = self._parts.loss(batch, need_td_abs)
         self._optimizer.zero_grad(set_to_none=True)
-        if self._grad_seed is None or self._grad_seed.device != out.loss.device:
-            self._grad_seed = torch.ones((), dtype=out.loss.dtype, device=out.loss.device)
-        out.loss.backward(self._grad_seed)  # the static 1.0 seed: no fill kernel per backward
+        if self._grad_seed is None or self._grad_seed.device != loss.device:
+            self._grad_seed = torch.ones((), dtype=loss.dtype, device=loss.device)
+        loss.backward(self._grad_seed)  # the static 1.0 seed: no fill kernel per backward
         grads = [p.grad for p in self._params if p.grad is not None]
         # Written straight into the guard's static buffer (no copy in check()).
-        grad_norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)), dim=0, keepdim=True,
-                                             out=self.guard.grad_norm)
-        self.guard.check(out.loss, grad_norm)
-        scale = self.guard.loss_scale
-        if s.grad_clip is not None:
-            clip_coef = torch.clamp(s.grad_clip / (grad_norm * scale + 1e-6), max=1.0)
-            scale = scale * clip_coef
-        torch._foreach_mul_(grads, scale.reshape(()))
+        self._parts.grad_norm(grads, self.guard.grad_norm)
+        self.guard.check(loss, self.guard.grad_norm)
+        self._parts.scale_grads(grads, self.guard.loss_scale, self.guard.grad_norm)
         self._optimizer.step()
-        self.guard.record(out.q)
-        return out.loss.detach(), out.td_abs
+        self.guard.record(q)
+        return loss.detach(), td_abs
 
     def _device_update(self) -> None:
         """Sample into the static batch, update, write priorities: the graph-captured unit."""
-        self.replay.sample_into(self._sample)
+        self._parts.sample_into(self._sample)
         _, td_abs = self._zero_sync_step(self._batch, need_td_abs=self.replay.prioritized)
         if td_abs is not None:
             self.replay.update_priorities(self._sample.indices, td_abs)
@@ -252,15 +252,20 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
         if num_updates:
             self._weights_seq_no += 1  # the weights change, as in Learner.update()
         freq = self.settings.target_network_update_freq
-        for _ in range(num_updates):
-            if self._graphed is not None:
-                self._graphed()
-            else:
-                self._device_update()
-            self._count_update(self.settings.train_batch_size_per_learner)
-            if self._updates % freq == 0:
-                self._targets.update()
-                self._target_updates += 1
+        with self._matmul_precision():
+            for _ in range(num_updates):
+                if self._graphed is not None:
+                    self._graphed()
+                else:
+                    self._device_update()
+                self._count_update(self.settings.train_batch_size_per_learner)
+                if self._updates % freq == 0:
+                    self._targets.update()
+                    self._target_updates += 1
+
+    def _matmul_precision(self):
+        """TF32 matmuls for the update when ``learner.tf32`` is on (CUDA), else a no-op context."""
+        return tf32_matmuls(self.settings.tf32 and self._device.type == "cuda")
 
     def collect_metrics(self) -> Dict[str, float]:
         """The one readback per iteration; may raise :class:`~rl_zerosync.learner.training_guard.TrainingHalted`.
@@ -282,7 +287,8 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
         mid_batch = batch[self._mid]
         size = int(mid_batch[Columns.REWARDS].shape[0])
         self.guard.bind_q(size, self._num_q)
-        loss, td_abs = self._zero_sync_step(mid_batch)
+        with self._matmul_precision():
+            loss, td_abs = self._zero_sync_step(mid_batch)
         self._count_update(size)
         self.metrics.log_value((self._mid, TD_ERROR_KEY), td_abs, reduce="item_series")
         self._dropin_pending = True

@@ -58,6 +58,12 @@ class LearnerSettings:
     """Added to ``|TD|`` before the priority exponent so no transition gets probability 0."""
     graph: bool = True
     """Capture the whole update in a CUDA graph on CUDA devices (ignored on CPU; eager gives the same numbers)."""
+    compile: bool = False
+    """Fuse the update's torch ops with ``torch.compile`` on CUDA devices (ignored on CPU; not
+    bit-identical to eager, see :mod:`rl_zerosync.learner.update_parts`; single learner only)."""
+    tf32: bool = False
+    """Let the update's float32 matmuls use TF32 tensor cores on CUDA (10-bit mantissa inputs, float32
+    accumulation; ignored on CPU). Scoped to the update: the process's setting is left as it is."""
     graph_warmup: int = 3
     """Eager updates run on a side stream before the CUDA graph is captured (they count as updates)."""
     loss: str = "huber"
@@ -108,6 +114,8 @@ class LearnerSettings:
         _float("beta", self.beta, lo=0.0)
         _float("priority_eps", self.priority_eps, lo=0.0, strict=True)
         _bool("graph", self.graph)
+        _bool("compile", self.compile)
+        _bool("tf32", self.tf32)
         _int("graph_warmup", self.graph_warmup, 1, 1000)
         _choice("loss", self.loss, LOSSES)
         _float("loss_clip", self.loss_clip, lo=0.0, strict=True)
