@@ -246,17 +246,37 @@ def _rotate(run_dir: Path, name: str, tmp: Path, keep: int) -> Path:
     return final
 
 
+def policy_only_excludes() -> list[str]:
+    """Algorithm state components a policy checkpoint leaves out: the learner's replay buffer and
+    counters (the learner's ``zerosync`` component) and, with DDP learners, every rank's replay
+    shard (the algorithm's ``zerosync_replay_shards``)."""
+    from ray.rllib.core import COMPONENT_LEARNER, COMPONENT_LEARNER_GROUP
+
+    from rl_zerosync.algorithm import REPLAY_SHARDS
+    from rl_zerosync.learner.dqn_learner import COMPONENT_ZEROSYNC
+
+    return [f"{COMPONENT_LEARNER_GROUP}/{COMPONENT_LEARNER}/{COMPONENT_ZEROSYNC}", REPLAY_SHARDS]
+
+
 def save_checkpoint(algo, settings, name: str = CHECKPOINT_DIR, run_state: dict | None = None,
-                    keep: int | None = None) -> Path:
+                    keep: int | None = None, replay: bool | None = None) -> Path:
     """Write the checkpoint atomically: to ``<name>.tmp`` (RLlib's files, settings, run state, then
     the manifest last), then swap it in. ``keep``: checkpoints of this name kept (default
-    ``KEEP_LAST`` for ``checkpoint/``, 1 for the others)."""
+    ``KEEP_LAST`` for ``checkpoint/``, 1 for the others). ``replay``: include the learner's replay
+    buffer and counters (default: for ``checkpoint/``, which resumes training; not for
+    ``checkpoint_best/``, which evaluation and export read the policy from: a replay of millions of
+    transitions is gigabytes, rewritten at every new best)."""
     run_dir = settings.run_dir
     if keep is None:
         keep = KEEP_LAST if name == CHECKPOINT_DIR else 1
+    if replay is None:
+        replay = name == CHECKPOINT_DIR
     tmp = run_dir / (name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    algo.save_to_path(str(tmp.resolve()))
+    if replay:
+        algo.save_to_path(str(tmp.resolve()))
+    else:
+        algo.save_to_path(str(tmp.resolve()), state=algo.get_state(not_components=policy_only_excludes()))
     (tmp / SETTINGS_FILE).write_text(yaml.safe_dump(settings.to_dict(), sort_keys=False))
     state = {"iteration": int(algo.iteration), **(run_state or {})}
     (tmp / RUN_STATE_FILE).write_text(json.dumps(state, indent=2, default=float))

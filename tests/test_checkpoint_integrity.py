@@ -180,3 +180,25 @@ def test_a_damaged_best_checkpoint_is_set_aside_at_resume(run_copy, capsys):
     best = verified_checkpoint(run_copy, "best")
     assert best == run_copy / (BEST_DIR if (run_copy / BEST_DIR).exists() else CHECKPOINT_DIR)
     assert read_run_state(best)["iteration"] == 4 and verify_checkpoint(best)
+
+
+def test_the_best_checkpoint_holds_the_policy_not_the_replay(trained, tmp_path):
+    """checkpoint_best/ leaves the learner's replay and counters out (evaluation and export read the
+    policy from it); checkpoint/ keeps them for resume. Both load into a fresh algorithm."""
+    import pickle
+
+    from rl_zerosync.settings import to_rllib_config
+
+    def learner_state(ckpt):
+        return pickle.loads((ckpt / "learner_group" / "learner" / "state.pkl").read_bytes())
+
+    assert "zerosync" in learner_state(trained / CHECKPOINT_DIR)
+    assert "zerosync" not in learner_state(trained / BEST_DIR)
+    best_weights = (trained / BEST_DIR / WEIGHTS).read_bytes()
+    assert best_weights  # the policy is there
+    algo = to_rllib_config(settings(tmp_path, "fresh")).build_algo()
+    try:
+        algo.restore_from_path(str((trained / BEST_DIR).resolve()))
+        assert algo.local_learner.replay.size == 0 and algo.local_learner.updates == 0
+    finally:
+        algo.stop()
