@@ -91,8 +91,8 @@ def check_gpus(settings) -> dict[str, Any]:
     """The GPU requests of ``settings`` against the CUDA devices here (see the module doc)."""
     src = settings.source
     a = settings.algo
-    runner_device = str((settings.runner or {}).get("device", "auto"))
-    data_device = str((settings.data or {}).get("device", "cpu"))
+    runner_device = settings.runner.typed.device
+    data_device = settings.data.typed.device
     for key, value in (("algo.num_gpus_per_learner", a.num_gpus_per_learner),
                        ("algo.num_gpus_per_env_runner", a.num_gpus_per_env_runner)):
         if value > 1 and not float(value).is_integer():
@@ -140,7 +140,7 @@ def _kernel_device(settings) -> str:
 
     if not torch.cuda.is_available():
         return "cpu"
-    runner = str((settings.runner or {}).get("device", "auto"))
+    runner = settings.runner.typed.device
     learner_gpu = settings.algo.num_gpus_per_learner != 0
     return "cuda" if runner in ("auto", "cuda") or learner_gpu else "cpu"
 
