@@ -47,7 +47,7 @@ from ray.rllib.utils.metrics import (
 )
 
 from rl_zerosync.learner.replay import REPLAY_COLUMNS
-from rl_zerosync.presets import API
+from rl_zerosync.presets import API, check_positive_number
 
 NUM_UPDATES_PER_ITERATION = "num_updates_per_iteration"
 REPLAY_SHARDS = "zerosync_replay_shards"
@@ -159,11 +159,8 @@ class ZeroSyncDQNConfig(DQNConfig):
     @override(DQNConfig)
     def validate(self) -> None:
         super().validate()
-        if not (isinstance(self.replay_ratio, (int, float)) and self.replay_ratio > 0):
-            raise ValueError(f"replay_ratio must be a number > 0, got {self.replay_ratio!r}")
-        timeout = self.env_runner_restart_timeout_s
-        if isinstance(timeout, bool) or not (isinstance(timeout, (int, float)) and timeout > 0):
-            raise ValueError(f"env_runner_restart_timeout_s must be a number > 0, got {timeout!r}")
+        check_positive_number("replay_ratio", self.replay_ratio)
+        check_positive_number("env_runner_restart_timeout_s", self.env_runner_restart_timeout_s)
         from rl_zerosync.envs.protocol import resolve_batched_env
 
         if _is_gpu_runner(self.env_runner_cls):

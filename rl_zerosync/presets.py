@@ -19,7 +19,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Tuple
 
-__all__ = ["API", "DEFAULT_HIDDEN", "SETTINGS_FILE", "Preset"]
+__all__ = ["API", "DEFAULT_HIDDEN", "SETTINGS_FILE", "Preset", "check_positive_number"]
 
 DEFAULT_HIDDEN: Tuple[int, ...] = (256, 256)
 """Hidden layer widths of the Q network (both presets, and a module built outside any config)."""
@@ -99,3 +99,11 @@ SETTINGS_FILE = dataclasses.replace(
     dueling=False,
 )
 """A settings file's ``algo`` / ``model`` keys left out: :data:`API` with these differences."""
+
+
+def check_positive_number(name: str, value: object) -> None:
+    """The rule for ``replay_ratio`` and ``env_runner_restart_timeout_s``, wherever they are set (a
+    settings file or ``ZeroSyncDQNConfig``): a number > 0 (not a bool). ValueError naming ``name``."""
+    if isinstance(value, bool) or not (isinstance(value, (int, float)) and value > 0):
+        raise ValueError(f"{name} must be a number > 0, got {value!r}")
+

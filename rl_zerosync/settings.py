@@ -37,6 +37,7 @@ import yaml
 from rl_zerosync.actions import ACTION_MODES, DEFAULT_ACTION_MODE
 from rl_zerosync.checkpoints import KEEP_LAST
 from rl_zerosync.presets import SETTINGS_FILE as PRESET
+from rl_zerosync.presets import check_positive_number
 from rl_zerosync.sections import LEARNER_FIELDS, Section, build_components, learner_config, runner_config
 from rl_zerosync.yaml_values import SettingsError, check, coerce_field, epsilon_numbers, float_text, parse_override
 
@@ -270,8 +271,13 @@ def _validate_algo(a: AlgoSettings, src: str) -> None:
     except ValueError as err:
         raise SettingsError(f"{src}: {err}") from None
     a.epsilon = [list(p) for p in eps]
-    for key in ("num_envs_per_runner", "rollout_length", "replay_ratio", "env_runner_restart_timeout_s"):
+    for key in ("num_envs_per_runner", "rollout_length"):
         check(src, f"algo.{key}", getattr(a, key) > 0, f"must be > 0, got {getattr(a, key)}")
+    for key in ("replay_ratio", "env_runner_restart_timeout_s"):
+        try:
+            check_positive_number(key, getattr(a, key))  # the same rule as ZeroSyncDQNConfig.validate
+        except ValueError as err:
+            raise SettingsError(f"{src}: algo.{err}") from None
     for key in ("learning_starts", "num_env_runners", "num_learners"):
         check(src, f"algo.{key}", getattr(a, key) >= 0, f"must be >= 0, got {getattr(a, key)}")
     for key in ("num_gpus_per_learner", "num_gpus_per_env_runner"):

@@ -220,3 +220,17 @@ def test_errors_the_components_would_raise_later_are_raised_at_load(raw, needle)
     with pytest.raises(SettingsError) as err:
         from_dict(raw, source="late.yaml")
     assert str(err.value).startswith("late.yaml: ") and needle in str(err.value)
+
+
+@pytest.mark.parametrize("key", ["replay_ratio", "env_runner_restart_timeout_s"])
+def test_positive_number_rule_is_the_same_in_a_file_and_in_the_config(key):
+    """One rule (presets.check_positive_number) for a settings file and for ZeroSyncDQNConfig."""
+    from rl_zerosync.algorithm import ZeroSyncDQNConfig
+    from rl_zerosync.settings import SettingsError, load
+
+    with pytest.raises(SettingsError, match=rf"smoke\.yaml: algo\.{key} must be a number > 0, got 0\.0"):
+        load(ROOT / "configs" / "smoke.yaml", [f"algo.{key}=0"])
+    config = ZeroSyncDQNConfig()
+    setattr(config, key, 0.0)
+    with pytest.raises(ValueError, match=rf"^{key} must be a number > 0, got 0\.0$"):
+        config.validate()
