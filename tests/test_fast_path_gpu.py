@@ -10,6 +10,7 @@ import pytest
 import torch
 from ray.rllib.algorithms.dqn import DQNConfig
 
+from bench_module import bench_module
 from rl_zerosync.learner import ZeroSyncDQNTorchLearner
 from rl_zerosync.learner.update_parts import UpdateParts
 from rl_zerosync.module import make_module_spec
@@ -18,6 +19,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("ray_local")]
 RAY_INIT = {"num_cpus": 8, "ignore_reinit_error": True}  # RLlib's get_device() asks Ray for the GPU
 
 OBS_DIM = 32
+cuda_kernels_per_call = bench_module("common").cuda_kernels_per_call
 SMOKE = Path(__file__).resolve().parent.parent / "configs" / "smoke.yaml"
 
 
@@ -44,15 +46,8 @@ def build(*, compiled: bool, batch: int = 512) -> ZeroSyncDQNTorchLearner:
 
 
 def kernels_per_update(learner, k: int = 10) -> float:
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    learner.train(k)
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        learner.train(k)
-        torch.cuda.synchronize()
-    return sum(1 for e in prof.events() if e.device_type == DeviceType.CUDA) / k
+    """Device ops per update of a warm learner (the benchmarks' profiler count)."""
+    return cuda_kernels_per_call(lambda: learner.train(k), calls=k)
 
 
 def test_compiled_update_is_captured_without_syncs_and_fuses_kernels():
