@@ -16,8 +16,8 @@ the same Q network (``ZeroSyncQModule``: the config's hidden sizes, LayerNorm, d
 execution), the same batch size, replay ratio, replay capacity and kind (uniform, or prioritized if
 the config says so), learning starts, lr, gamma, n-step, double Q, gradient clip, target-update
 period (ours counts updates, stock env steps: converted) and epsilon schedule. Differences left:
-stock's optimizer is RLlib's ``torch.optim.Adam`` (ours: fused AdamW with the config's weight decay)
-and stock's env runners step the numpy gymnasium twin on CPU cores.
+stock's optimizer is RLlib's ``torch.optim.Adam`` (ours: AdamW in the adam_step kernel with the
+config's weight decay) and stock's env runners step the numpy gymnasium twin on CPU cores.
 
 Stock = ``DQNConfig`` + ``SingleAgentEnvRunner``s on the numpy twin + ``DQNTorchLearner`` (GPU
 learner). Its ``rollout_fragment_length`` and number of env runners are tuned first: a short run
@@ -466,7 +466,7 @@ def main(argv: Optional[list] = None) -> dict:
                               "n_step": a.n_step, "grad_clip": a.grad_clip, "epsilon": a.epsilon,
                               "training_data": ("fresh series for ours" if args.ours_fresh_series
                                                 else "fixed training segment (data.regenerate_every=0)")},
-            "differences": ["stock optimizer: torch.optim.Adam (RLlib default); ours: fused AdamW, "
+            "differences": ["stock optimizer: torch.optim.Adam (RLlib default); ours: AdamW (adam_step kernel), "
                             f"weight_decay {getattr(a, 'weight_decay', 0.0)}",
                             "stock env runners: SingleAgentEnvRunner on the numpy twin (CPU); ours: GPU env runner"],
         }),

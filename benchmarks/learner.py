@@ -12,7 +12,7 @@ grad clip 40, double DQN, Huber):
   device-resident ``MultiAgentBatch``, so the learner connector and the host->device copy are
   *not* timed (stock's best case).
 * ``ours_eager``: ``ZeroSyncDQNTorchLearner.train(K)`` with ``graph: false`` (device replay
-  sampling, guard, fused Adam, Q stats, priorities-free uniform replay).
+  sampling, guard, the adam_step optimizer kernel, Q stats, priorities-free uniform replay).
 * ``ours_graph``: the same, captured once in a CUDA graph and replayed (the default learner).
 * ``ours_compiled``: ``learner.compile: true`` (torch.compile of the update's torch ops, inside the
   graph). ``ours_compiled_tf32``: plus ``learner.tf32: true`` (the learner of ``configs/fast.yaml``).

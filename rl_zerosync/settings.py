@@ -139,7 +139,7 @@ class AlgoSettings:
     restarts a runner whose process died; a runner whose node is gone needs a node with its
     resources). Past it the run fails with an error naming the resources no alive node offers."""
     weight_decay: float = PRESET.weight_decay
-    """Decoupled weight decay (fused AdamW); 0 = plain Adam behaviour."""
+    """Decoupled weight decay (AdamW in the adam_step kernel); 0 = plain Adam behaviour."""
 
 
 @dataclass

@@ -82,7 +82,7 @@ def test_compiled_sampling_draws_the_same_indices():
     a, b = build(compiled=False, batch=256), build(compiled=True, batch=256)
     out_a, out_b = a.replay.make_sample_buffers(256), b.replay.make_sample_buffers(256)
     parts = UpdateParts(module=b.module["default_policy"], replay=b.replay, branching=False, gamma=0.99,
-                        double_q=True, loss_type="huber", grad_clip=None, compiled=True)
+                        double_q=True, loss_type="huber", compiled=True)
     for _ in range(3):
         a.replay.sample_into(out_a)
         parts.sample_into(out_b)

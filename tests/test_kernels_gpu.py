@@ -14,8 +14,10 @@ pytestmark = pytest.mark.gpu
 SIZES = (1, 7, 257, 4099)
 NAN, INF = float("nan"), float("inf")
 LOSS_CLIP, COLLAPSE, THRESHOLD, PATIENCE, SEED = 10.0, 0.05, 10.0, 2, 99
-INT_KEYS = ("flags", "counter", "flag", "actions", "bactions", "ractions")
-FLOAT_KEYS = ("clipped_loss", "loss_scale", "found_inf", "accum", "qout", "qagg", "records", "update_index")
+INT_KEYS = ("flags", "counter", "flag", "actions", "bactions", "ractions", "blocks_done")
+FLOAT_KEYS = ("clipped_loss", "loss_scale", "found_inf", "accum", "qout", "qagg", "records", "update_index",
+              "params", "exp_avg", "exp_avg_sq", "adam_t")
+ADAM = dict(lr=1e-2, beta1=0.9, beta2=0.999, eps=1e-8)
 
 
 @pytest.fixture(scope="module")
@@ -275,6 +277,99 @@ def test_epsilon_random_fraction_1m(kc, dev):
     assert abs(frac - p) < 4 * math.sqrt(p * (1 - p) / n)
 
 
+# ----------------------------------------------------------------------------- adam_step
+def _adam_state(n: int, seed: int, dev) -> dict[str, torch.Tensor]:
+    g = _gen(seed)
+    return dict(params=torch.randn(n, generator=g).to(dev), grads=torch.zeros(n, device=dev),
+                exp_avg=(torch.randn(n, generator=g) * 0.1).to(dev),
+                exp_avg_sq=(torch.rand(n, generator=g) * 0.01).to(dev), step=torch.tensor([3.0], device=dev),
+                found_inf=torch.zeros(1, device=dev), loss_scale=torch.zeros(1, device=dev),
+                grad_norm=torch.zeros(1, device=dev), blocks_done=torch.zeros(1, dtype=torch.int32, device=dev))
+
+
+def _adam_inputs(states, n: int, seed: int, *, skip: bool = False) -> torch.Tensor:
+    """Write one update's gradient (of changing scale), its norm, a loss scale and found_inf into every
+    state in place; return the gradient."""
+    grads = torch.randn(n, generator=_gen(seed)) * 10.0 ** (seed % 3 - 1)
+    for st in states:
+        st["grads"].copy_(grads)
+        st["grad_norm"].copy_(torch.linalg.vector_norm(grads).reshape(1))
+        st["loss_scale"].fill_((0.25, 1.0, 0.5)[seed % 3])
+        st["found_inf"].fill_(1.0 if skip else 0.0)
+    return grads.to(states[0]["grads"].device)
+
+
+def _assert_adam_close(c, t, gmax: float) -> None:
+    """Kernel vs twin: the same float32 operations in the same order (powf aside): step and counter exact,
+    the rest to a few float32 roundings."""
+    assert torch.equal(c["step"], t["step"])
+    assert int(c["blocks_done"]) == 0
+    torch.testing.assert_close(c["params"], t["params"], rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(c["exp_avg"], t["exp_avg"], rtol=1e-6, atol=1e-7 * gmax)
+    torch.testing.assert_close(c["exp_avg_sq"], t["exp_avg_sq"], rtol=1e-6, atol=1e-7 * gmax * gmax)
+
+
+@pytest.mark.parametrize("n", SIZES + (256, (1 << 20) + 5))
+@pytest.mark.parametrize("weight_decay", (0.0, 0.01))
+@pytest.mark.parametrize("grad_clip", (None, 0.5))
+def test_adam_step_parity(kc, kt, dev, n, weight_decay, grad_clip):
+    hp = dict(ADAM, weight_decay=weight_decay, grad_clip=grad_clip)
+    c, t = _adam_state(n, n, dev), _adam_state(n, n, dev)
+    gmax = 0.0
+    for i, skip in enumerate((False, False, True, False)):
+        grads = _adam_inputs((c, t), n, 10 * n + i, skip=skip)
+        gmax = max(gmax, float(grads.abs().max()))
+        before = {k: v.clone() for k, v in c.items()}
+        kc.adam_step(**c, **hp)
+        kt.adam_step(**t, **hp)
+        assert torch.equal(c["grads"], grads)  # read, never written
+        if skip:  # nothing moved, bit for bit
+            for key in ("params", "exp_avg", "exp_avg_sq", "step", "blocks_done"):
+                assert torch.equal(c[key], before[key]), key
+        _assert_adam_close(c, t, gmax)
+    assert float(c["step"]) == 3.0 + 3
+
+
+def test_adam_step_found_inf_is_bit_identical(kc, dev):
+    n = 4099
+    c = _adam_state(n, 1, dev)
+    _adam_inputs((c,), n, 1)
+    c["params"][::97] = NAN
+    c["exp_avg"][1::89] = -0.0
+    c["found_inf"].fill_(NAN)  # any non-zero value skips
+    before = {k: v.clone() for k, v in c.items()}
+    kc.adam_step(**c, **ADAM, weight_decay=0.01, grad_clip=0.5)
+    for key, v in c.items():
+        bits = (lambda x: x.view(torch.int32)) if v.dtype == torch.float32 else (lambda x: x)
+        assert torch.equal(bits(v), bits(before[key])), key
+
+
+def test_adam_step_graph_replay(kc, kt, dev):
+    """One launch captured in a CUDA graph, replayed for three steps and a skipped one with new inputs
+    written in place: equal to eager launches (exactly) and to the twin; blocks_done stays 0."""
+    n = (1 << 16) + 3
+    hp = dict(ADAM, weight_decay=0.01, grad_clip=0.5)
+    graphed, eager, twin = (_adam_state(n, 5, dev) for _ in range(3))
+    start = {k: v.clone() for k, v in graphed.items()}
+    graph = _capture([kc.bind_adam_step(**graphed, **hp)])
+    for key, v in graphed.items():  # the warm-up launches stepped the buffers: back to the start, in place
+        v.copy_(start[key])
+    gmax = 0.0
+    for i, skip in enumerate((False, True, False, False)):
+        grads = _adam_inputs((graphed, eager, twin), n, 40 + i, skip=skip)
+        gmax = max(gmax, float(grads.abs().max()))
+        graph.replay()
+        kc.adam_step(**eager, **hp)
+        kt.adam_step(**twin, **hp)
+        torch.cuda.synchronize()
+        for key in graphed:
+            assert torch.equal(graphed[key], eager[key]), key
+        _assert_adam_close(graphed, twin, gmax)
+    assert float(graphed["step"]) == float(start["step"]) + 3
+    assert int(graphed["blocks_done"]) == 0
+    assert not torch.equal(graphed["params"], start["params"])
+
+
 # ----------------------------------------------------------------------------- hot-path buffers
 def _make_buffers(dev, n: int = 257, a: int = 45, b: int = 4099) -> dict[str, torch.Tensor]:
     f, i32, i64 = dict(device=dev), dict(dtype=torch.int32, device=dev), dict(dtype=torch.int64, device=dev)
@@ -293,6 +388,8 @@ def _make_buffers(dev, n: int = 257, a: int = 45, b: int = 4099) -> dict[str, to
         qagg=torch.zeros(5, dtype=torch.float64, device=dev),
         records=torch.zeros(3, 6, dtype=torch.float64, device=dev),
         update_index=torch.zeros(1, dtype=torch.float64, device=dev),
+        params=torch.zeros(b, **f), grads=torch.zeros(b, **f), exp_avg=torch.zeros(b, **f),
+        exp_avg_sq=torch.zeros(b, **f), adam_t=torch.zeros(1, **f), blocks_done=torch.zeros(1, **i32),
     )
 
 
@@ -326,6 +423,13 @@ def _fill(bufs: dict[str, torch.Tensor], seed: int) -> None:
     if seed % 2:
         bufs["records"][1].fill_(-7)  # a row that already holds its first trigger
     bufs["update_index"].fill_(10.0 * seed)
+    for k in ("params", "grads", "exp_avg"):
+        bufs[k].copy_(torch.randn(bufs[k].shape, generator=g))
+    bufs["exp_avg_sq"].copy_(torch.rand(bufs["exp_avg_sq"].shape, generator=g))
+    bufs["adam_t"].fill_(float(seed))
+    bufs["blocks_done"].zero_()  # adam_step's counter must be 0 at launch
+    bufs["loss_scale"].fill_(0.5)  # adam_step's inputs when guard_check does not write them first
+    bufs["found_inf"].fill_(1.0 if seed % 4 == 2 else 0.0)
 
 
 def _bind_all(k, bufs) -> dict[str, object]:
@@ -343,6 +447,9 @@ def _bind_all(k, bufs) -> dict[str, object]:
         "route": k.bind_route(b["exposure"], b["spread"], b["mspread"], b["vol"], b["mvol"], b["ractions"]),
         "guard_record": k.bind_guard_record(b["clipped_loss"], b["loss"], b["grad_norm"], b["flags"], b["qout"],
                                             b["flag"], b["accum"], b["qagg"], b["records"], b["update_index"]),
+        "adam_step": k.bind_adam_step(b["params"], b["grads"], b["exp_avg"], b["exp_avg_sq"], b["adam_t"],
+                                      b["found_inf"], b["loss_scale"], b["grad_norm"], b["blocks_done"], **ADAM,
+                                      weight_decay=0.01, grad_clip=0.5),
     }
 
 
@@ -397,7 +504,7 @@ def _capture(launchers) -> torch.cuda.CUDAGraph:
 
 
 @pytest.mark.parametrize("name", ["all", "guard_check", "guard_accumulate", "qstats", "divergence",
-                                  "epsilon_greedy", "branching_select", "route", "guard_record"])
+                                  "epsilon_greedy", "branching_select", "route", "guard_record", "adam_step"])
 def test_graph_replay_equals_eager_and_twin(kc, kt, dev, name):
     bufs = _make_buffers(dev)
     _fill(bufs, 0)

@@ -86,8 +86,13 @@ def test_loss_spike_is_clipped_and_counted():
     raw.backward()
     learner.train(1)
     scale = 10.0 / raw.item()
+    assert float(learner.guard.loss_scale) == pytest.approx(scale, rel=1e-5)
+    beta1 = learner.optimizer.param_groups[0]["betas"][0]
     for p, ref in zip(module.q_net.parameters(), net.parameters()):
-        np.testing.assert_allclose(p.grad.numpy(), ref.grad.numpy() * scale, rtol=1e-4, atol=1e-9)
+        np.testing.assert_allclose(p.grad.numpy(), ref.grad.numpy(), rtol=1e-4, atol=1e-9)  # raw gradient
+        # adam_step applied raw * scale: after one step exp_avg = (1 - beta1) * applied gradient.
+        applied = learner.optimizer.state[p]["exp_avg"].numpy() / (1.0 - beta1)
+        np.testing.assert_allclose(applied, ref.grad.numpy() * scale, rtol=1e-4, atol=1e-9)
     m = learner.collect_metrics()
     assert (m["clip_events"], m["skipped"], m["updates"]) == (1.0, 0.0, 1.0)
     assert m["loss_mean"] == pytest.approx(10.0)

@@ -19,7 +19,7 @@ from typing import Callable, Dict, Union
 
 import torch
 
-from rl_zerosync.kernels import divergence, guard, qstats, reference, route, select
+from rl_zerosync.kernels import adam, divergence, guard, qstats, reference, route, select
 from rl_zerosync.kernels.compile import CudaSource, load_module
 
 Launcher = Callable[[], None]
@@ -55,6 +55,7 @@ KERNELS: Dict[str, KernelSpec] = {
     "branching_select": KernelSpec(select.branching_select, reference.branching_select,
                                    select.check_branching_select, select.SOURCE),
     "route": KernelSpec(route.route, reference.route, route.check_route, route.SOURCE),
+    "adam_step": KernelSpec(adam.adam_step, reference.adam_step, adam.check_adam_step, adam.SOURCE),
 }
 """Every kernel: name -> launch, twin, check, source (see ``docs/ARCHITECTURE.md`` for semantics)."""
 

@@ -1,4 +1,4 @@
-// Training guard: per-update check (flags, clipped loss, loss scale, found_inf for fused Adam) and
+// Training guard: per-update check (flags, clipped loss, loss scale, found_inf for adam_step) and
 // the running accumulators read once per training iteration. One thread; launched with grid=1,
 // block=1. Twins: reference.guard_check / reference.guard_accumulate / reference.guard_record.
 // Buffers are addressed through the generated layouts of layouts.py (compile.py): ZS_FLAG_*,

@@ -11,12 +11,13 @@ NaN); otherwise the first maximum (ties go to the lowest index).
 """
 from __future__ import annotations
 
-from typing import Union
+from typing import Optional, Union
 
 import torch
 
 from rl_zerosync.actions import NUM_EXPOSURES, OrderType, Urgency, encode_t
 from rl_zerosync.kernels import rng
+from rl_zerosync.kernels.adam import CLIP_EPS, derived_constants
 from rl_zerosync.kernels.layouts import ACCUM, CHECK, FLAGS, INT32_MAX, QAGG, QSTATS, RECORD
 from rl_zerosync.kernels.route import HIGH_VOL, LOW_VOL, WIDE
 
@@ -210,3 +211,49 @@ def route(
     calm = torch.where(rv <= low_vol, const(Urgency.LOW), const(Urgency.NORMAL))
     urgency = torch.where(is_high, const(Urgency.HIGH), calm)
     actions.copy_(encode_t(exposure.clamp(0, NUM_EXPOSURES - 1), order, urgency))
+
+
+def adam_step(
+    params: torch.Tensor,
+    grads: torch.Tensor,
+    exp_avg: torch.Tensor,
+    exp_avg_sq: torch.Tensor,
+    step: torch.Tensor,
+    found_inf: torch.Tensor,
+    loss_scale: torch.Tensor,
+    grad_norm: torch.Tensor,
+    blocks_done: torch.Tensor,
+    *,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    weight_decay: float,
+    grad_clip: Optional[float],
+) -> None:
+    """Twin of ``zs_adam_step`` (``adam.cu``): one Adam / AdamW step, float32, op for op as the
+    kernel; nothing changes (bit for bit) when ``found_inf[0] != 0``. ``blocks_done`` is unused.
+
+    Python-float operands are rounded to float32 by torch, as the kernel's arguments are; a scalar
+    divided by a tensor is written as a tensor division (``scalar / tensor`` would be a reciprocal
+    and a multiply, two roundings).
+    """
+    del blocks_done
+    c1, c2, decay = derived_constants(lr, beta1, beta2, weight_decay)
+    ok = found_inf == 0
+    s = loss_scale
+    if grad_clip is not None:
+        ratio = torch.full_like(s, grad_clip) / (grad_norm * loss_scale + CLIP_EPS)
+        s = s * torch.fmin(torch.ones_like(s), ratio)  # fmin, as CUDA fminf: a NaN ratio gives 1
+    t = step + 1.0
+    g = grads * s
+    p = params * decay if weight_decay != 0 else params
+    m = exp_avg * beta1 + g * c1
+    v = exp_avg_sq * beta2 + (g * c2) * g
+    bc1 = 1.0 - torch.pow(torch.full_like(t, beta1), t)
+    bc2 = 1.0 - torch.pow(torch.full_like(t, beta2), t)
+    denom = torch.sqrt(v) / torch.sqrt(bc2) + eps
+    step_size = torch.full_like(bc1, lr) / bc1
+    new_p = p - step_size * (m / denom)
+    for buf, new in ((params, new_p), (exp_avg, m), (exp_avg_sq, v), (step, t)):
+        buf.copy_(torch.where(ok, new, buf))

@@ -2,11 +2,11 @@
 
 One update (:meth:`ZeroSyncDQNTorchLearner._zero_sync_step`), entirely on the device:
 forward through ``self.module[mid]`` (the DDP wrapper when ``num_learners > 1``, so gradients are
-all-reduced in backward) -> TD loss (:mod:`rl_zerosync.learner.loss`) -> backward -> global grad
-norm (``torch._foreach_norm`` + ``vector_norm``) -> ``guard_check`` -> gradients scaled by
-``loss_scale * clip_coef`` -> fused Adam whose ``found_inf`` is the guard's (a non-finite step is
-skipped on the device: parameters, moments and step count stay bit-identical) -> accumulators,
-Q stats, divergence. With the device replay, sampling and the priority update join it, and on CUDA
+all-reduced in backward) -> TD loss (:mod:`rl_zerosync.learner.loss`) -> backward -> gradients
+gathered into one flat buffer and its global norm (:mod:`rl_zerosync.learner.flat_adam`) ->
+``guard_check`` -> ``adam_step``: gradients scaled by ``loss_scale * clip_coef`` and Adam (AdamW)
+on the flat parameters in one kernel, skipped on the device when the guard's ``found_inf`` is set
+(parameters, moments and step count stay bit-identical) -> accumulators, Q stats, divergence. With the device replay, sampling and the priority update join it, and on CUDA
 the whole thing is captured once in a CUDA graph and replayed (:class:`GraphedUpdate`).
 
 Two ways to drive it:
@@ -18,8 +18,9 @@ Two ways to drive it:
   (eager); it logs ``td_error`` for DQN's priority update and reads the guard back once per
   ``update()`` call (the stock loop's per-iteration boundary).
 
-Differences from stock DQNTorchLearner: fused Adam with a float lr (schedules rejected; fused AdamW
-when the zerosync ``weight_decay`` setting is > 0); the global
+Differences from stock DQNTorchLearner: Adam with a float lr, stepped by the ``adam_step`` kernel
+on flat parameters (schedules rejected; AdamW when the zerosync ``weight_decay`` setting is > 0;
+one step count shared by all parameters); the global
 norm clip also runs when the loss was clipped (the clipped loss drives the gradient); a
 non-finite step is skipped instead of stepping with zeroed gradients; no per-update metrics
 (``qf_loss``, ``qf_mean``, ...) but the per-iteration guard metrics of
@@ -48,6 +49,7 @@ from ray.rllib.utils.metrics import TD_ERROR_KEY
 from ray.rllib.utils.typing import ModuleID, StateDict
 
 from rl_zerosync.kernels import get_kernels
+from rl_zerosync.learner.flat_adam import FlatAdam
 from rl_zerosync.learner.graph import GraphedUpdate
 from rl_zerosync.learner.learner_settings import LearnerSettings
 from rl_zerosync.learner.update_parts import UpdateParts, tf32_matmuls
@@ -98,8 +100,11 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
         world = torch.distributed.get_world_size() if self.distributed else 1
         self.guard = TrainingGuard(kernels=kernels, settings=s, world_size=world)
         self._optimizer = self.get_optimizer(self._mid)
-        self._optimizer.found_inf = self.guard.found_inf.reshape(())  # fused Adam wants a 0-d view
-        self._params: List[torch.nn.Parameter] = list(self._optimizer.param_groups[0]["params"])
+        # The parameters become views of one flat buffer, stepped by one adam_step launch.
+        self._flat = FlatAdam(self._optimizer, kernels, found_inf=self.guard.found_inf,
+                              loss_scale=self.guard.loss_scale, grad_norm=self.guard.grad_norm,
+                              grad_clip=s.grad_clip)
+        self._params: List[torch.nn.Parameter] = list(self._flat.params)
         # DDP: each rank samples its own indices (seed + rank), not the same ones as every other rank.
         dist = torch.distributed
         rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
@@ -114,7 +119,7 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
                              "num_learners > 1 (DDP); set compile: false")
         self._parts = UpdateParts(
             module=self.module[self._mid], replay=self.replay, branching=self._branching, gamma=s.gamma,
-            double_q=s.double_q, loss_type=s.loss, grad_clip=s.grad_clip,
+            double_q=s.double_q, loss_type=s.loss,
             compiled=bool(s.compile and self._device.type == "cuda"),
         )
         self._sample: Optional[ReplaySample] = None
@@ -125,7 +130,7 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
         warmup = max(s.graph_warmup, DDP_GRAPH_WARMUP) if self.distributed else s.graph_warmup
         self._graphed = (
             GraphedUpdate(self._device_update, warmup=warmup, before_capture=self._before_capture,
-                          after_reset=self._after_graph_reset, stream=self._capture_stream,
+                          stream=self._capture_stream,
                           capture_error_mode="thread_local" if self.distributed else "global")
             if self.use_graph else None
         )
@@ -156,8 +161,14 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
-        """The fused Adam/AdamW of the trained module (its ``found_inf`` is the guard's)."""
+        """The Adam/AdamW of the trained module: its hyperparameters, and its state as views of the
+        flat moments (stepped by :class:`~rl_zerosync.learner.flat_adam.FlatAdam`, never by ``step()``)."""
         return self._optimizer
+
+    @property
+    def flat_adam(self) -> FlatAdam:
+        """The flat parameters, gradients and moments and their ``adam_step`` launch."""
+        return self._flat
 
     @property
     def device(self) -> torch.device:
@@ -185,24 +196,19 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
         params = self.get_parameters(self._module[module_id])
         lr, wd = float(self.settings.lr), float(self.settings.weight_decay)
         if wd > 0.0:
-            # Decoupled decay (p *= 1 - lr * wd) inside the same fused kernel, on every parameter
-            # (one param group): a found_inf step skips the decay too, nothing moves.
-            optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=wd, fused=True)
+            # Decoupled decay (p *= 1 - lr * wd) inside adam_step, on every parameter (one param
+            # group): a found_inf step skips the decay too, nothing moves.
+            optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=wd)
         else:
             # wd == 0: exactly the optimizer of a run without the knob (bit-identical default).
-            optimizer = torch.optim.Adam(params, lr=lr, fused=True)
-        # lr is a float the optimizer owns: no RLlib Scheduler (its tensor lr would sync).
-        # build() wires the guard's found_inf into it (fused Adam and AdamW both honour it).
+            optimizer = torch.optim.Adam(params, lr=lr)
+        # lr is a float the optimizer owns: no RLlib Scheduler (its tensor lr would sync). The
+        # optimizer holds hyperparameters and state; build() hands it to FlatAdam, which steps it.
         self.register_optimizer(module_id=module_id, optimizer=optimizer, params=params)
 
     def _before_capture(self) -> None:
-        for group in self._optimizer.param_groups:
-            group["capturable"] = True
+        # Backward allocates the gradients from the graph's pool.
         self._optimizer.zero_grad(set_to_none=True)
-
-    def _after_graph_reset(self) -> None:
-        for group in self._optimizer.param_groups:
-            group["capturable"] = False
 
     # ---- the update --------------------------------------------------------------------------
     def _zero_sync_step(
@@ -214,12 +220,11 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
         if self._grad_seed is None or self._grad_seed.device != loss.device:
             self._grad_seed = torch.ones((), dtype=loss.dtype, device=loss.device)
         loss.backward(self._grad_seed)  # the static 1.0 seed: no fill kernel per backward
-        grads = [p.grad for p in self._params if p.grad is not None]
+        self._flat.gather_grads()
         # Written straight into the guard's static buffer (no copy in check()).
-        self._parts.grad_norm(grads, self.guard.grad_norm)
+        self._flat.grad_norm_into(self.guard.grad_norm)
         self.guard.check(loss, self.guard.grad_norm)
-        self._parts.scale_grads(grads, self.guard.loss_scale, self.guard.grad_norm)
-        self._optimizer.step()
+        self._flat.step()  # scale, clip, Adam(W); skipped on the device when found_inf is set
         self.guard.record(q)
         return loss.detach(), td_abs
 
@@ -342,9 +347,8 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
             bs = self.settings.train_batch_size_per_learner
             self._warm = self._updates * bs >= self.settings.collapse_warmup_transitions
             self.guard.set_warmup_done(self._warm)
-        # The optimizer's state tensors were replaced: a captured graph points at the old ones.
-        self._optimizer.found_inf = self.guard.found_inf.reshape(())
+        # RLlib replaced the optimizer's state tensors: back into the flat buffers the kernel and
+        # any captured graph use (the graph is re-captured anyway: the batch buffers may change).
+        self._flat.absorb_state()
         if self._graphed is not None:
             self._graphed.reset()
-        else:
-            self._after_graph_reset()

@@ -22,9 +22,8 @@ class GraphedUpdate:
     Args:
         fn: The update; called with no arguments.
         warmup: Eager calls before the capture (>= 1).
-        before_capture: Called right before capture (e.g. make the optimizer capturable and set its
-            grads to None so backward allocates them from the graph's pool).
-        after_reset: Called by :meth:`reset` (e.g. make the optimizer non-capturable again).
+        before_capture: Called right before capture (e.g. set the gradients to None so backward
+            allocates them from the graph's pool).
         stream: The side stream for warm-up and capture (default: a new one). With DDP, pass the
             stream the DDP wrapper was built on (its autograd hooks are tied to it).
         capture_error_mode: ``torch.cuda.graph``'s mode; ``"thread_local"`` lets other threads
@@ -37,14 +36,13 @@ class GraphedUpdate:
         *,
         warmup: int,
         before_capture: Callable[[], None],
-        after_reset: Optional[Callable[[], None]] = None,
         stream: Optional[torch.cuda.Stream] = None,
         capture_error_mode: str = "global",
     ) -> None:
         if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 1:
             raise ValueError(f"warmup must be an int >= 1, got {warmup!r}")
         self.fn, self.warmup = fn, warmup
-        self.before_capture, self.after_reset = before_capture, after_reset
+        self.before_capture = before_capture
         self.graph: Optional[torch.cuda.CUDAGraph] = None
         self._warmup_left = warmup
         self._side: Optional[torch.cuda.Stream] = stream
@@ -59,8 +57,6 @@ class GraphedUpdate:
         """Drop the graph (buffers were replaced, e.g. after a state restore); warm up again."""
         self.graph = None
         self._warmup_left = self.warmup
-        if self.after_reset is not None:
-            self.after_reset()
 
     def __call__(self) -> None:
         """One update: warm-up call, capture + replay, or replay."""

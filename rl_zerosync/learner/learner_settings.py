@@ -85,8 +85,8 @@ class LearnerSettings:
     divergence_policy: str = "halt"
     """Q divergence past the patience: "halt" at the next boundary or "warn"."""
     weight_decay: float = API.weight_decay
-    """Decoupled weight decay of the optimizer: > 0 = fused AdamW (``p *= 1 - lr * weight_decay`` on
-    every parameter, skipped with the rest of a guarded step); 0 = fused Adam (the default)."""
+    """Decoupled weight decay of the optimizer: > 0 = AdamW (``p *= 1 - lr * weight_decay`` on every
+    parameter inside ``adam_step``, skipped with the rest of a guarded step); 0 = Adam (the default)."""
     seed: int = 0
     """Seed of the counter-based replay sampling (defaults to the AlgorithmConfig's seed when set)."""
     gamma: float = API.gamma
