@@ -16,6 +16,11 @@ One training iteration (``training_step``):
 4. one metrics readback per learner;
 5. weights to the runners once (device-to-device when runner and learner share the process).
 
+With ``runner.overlap`` the rollouts sample while the learners train on the replay as it was before
+them: on the runner's own CUDA stream when runner and learner share the driver process
+(:meth:`ZeroSyncDQN._overlapped_training_step`), as asynchronous Ray calls with remote env runners
+(:meth:`ZeroSyncDQN._overlapped_remote_training_step`).
+
 Remote env runners are restarted by Ray when their process dies (RLlib's fault tolerance: the
 failed runner's rollout is dropped from that iteration). An iteration that finds no healthy remote
 runner first waits up to ``env_runner_restart_timeout_s`` for one to come back, then raises
@@ -165,12 +170,12 @@ class ZeroSyncDQNConfig(DQNConfig):
 
         if _is_gpu_runner(self.env_runner_cls):
             resolve_batched_env(self.env)  # ValueError naming an env the GPU runner cannot step
-            runner_cfg = (self.env_config or {}).get("runner") or {}
-            if runner_cfg.get("overlap") and (self.num_env_runners or self.num_learners):
+            # (An evaluation config does not train: its runners never overlap with a learner.)
+            if overlap_setting(self) and not self.in_evaluation and not self.num_env_runners and self.num_learners:
                 raise ValueError(
                     "runner.overlap: true needs the env runner and the learner in the driver process "
-                    f"(num_env_runners 0 and num_learners 0), got num_env_runners={self.num_env_runners}, "
-                    f"num_learners={self.num_learners}")
+                    "(num_env_runners 0 and num_learners 0) or remote env runners (num_env_runners >= 1); "
+                    f"got num_env_runners={self.num_env_runners}, num_learners={self.num_learners}")
 
     @override(DQNConfig)
     def get_evaluation_config_object(self):
@@ -193,6 +198,15 @@ class ZeroSyncDQNConfig(DQNConfig):
         from rl_zerosync.learner import ZeroSyncDQNTorchLearner
 
         return ZeroSyncDQNTorchLearner
+
+
+def overlap_setting(config) -> bool:
+    """``runner.overlap`` as the config carries it (``env_config["runner"]``; default off)."""
+    return bool(((config.env_config or {}).get("runner") or {}).get("overlap", False))
+
+
+SAMPLE_TAG = "zerosync_sample"
+"""Tag of the asynchronous remote sampling requests of ``runner.overlap``."""
 
 
 def _is_gpu_runner(cls) -> bool:
@@ -301,6 +315,7 @@ class ZeroSyncDQN(DQN):
         root cause instead of RLlib's ``IndexError`` (:mod:`rl_zerosync.runner_errors`)."""
         from rl_zerosync.runner_errors import raise_root_cause, runner_root_causes
 
+        self._overlap_last_sampled = 0  # runner.overlap, remote runners: env steps of the last iteration
         with runner_root_causes() as errors:
             try:
                 super().setup(config)
@@ -457,6 +472,9 @@ class ZeroSyncDQN(DQN):
         if runner is not None and runner.settings.overlap:
             self._overlapped_training_step(runner, self.local_learner)
             return
+        if overlap_setting(self.config) and self.env_runner_group.num_remote_env_runners() > 0:
+            self._overlapped_remote_training_step()
+            return
         self._wait_for_env_runners()
         with self._phase("sample", ENV_RUNNER_SAMPLING_TIMER):
             rollouts, runner_metrics = self._sample()
@@ -511,3 +529,42 @@ class ZeroSyncDQN(DQN):
         with self._phase("sync_weights", SYNCH_WORKER_WEIGHTS_TIMER):
             self._sync_weights()
 
+    def _overlapped_remote_training_step(self) -> None:
+        """``runner.overlap`` with remote env runners: they sample while the learners train.
+
+        Launch one rollout per healthy remote runner (asynchronous Ray calls, tag
+        :data:`SAMPLE_TAG`) -> K updates on the learners and their readback, on the replay as it was
+        before these rollouts -> wait for the rollouts (at most ``sample_timeout_s``) -> add them ->
+        sync weights. K follows the env steps the previous iteration sampled (none on the first).
+        The runners act with the weights synced at the end of the previous iteration, as without
+        overlap. Phases: ``train`` (the updates, overlapped with the sampling), ``sample`` (the wait
+        for rollouts still running after them), ``add``, ``sync_weights``. Rollouts arrive in
+        runner-index order, so the replay (and DDP shard assignment) is the same from run to run.
+        A rollout still running at the timeout is collected by a later iteration.
+        """
+        self._wait_for_env_runners()
+        group = self.env_runner_group
+        last = self._overlap_last_sampled
+        lifetime = self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)
+        learners = max(1, int(self.config.num_learners))
+        k = (updates_for(last, self.config.replay_ratio, self.config.train_batch_size_per_learner * learners)
+             if last > 0 and lifetime >= self.config.num_steps_sampled_before_learning_starts else 0)
+        group.foreach_env_runner_async(_sample_to_object_store, tag=SAMPLE_TAG)
+        learner_results = None
+        if k:
+            with self._phase("train", LEARNER_UPDATE_TIMER):
+                learner_results = self._train(k)
+        with self._phase("sample", ENV_RUNNER_SAMPLING_TIMER):
+            ready = group.fetch_ready_async_reqs(tags=SAMPLE_TAG, timeout_seconds=self.config.sample_timeout_s)
+        ready.sort(key=lambda item: item[0])
+        rollouts, runner_metrics = [ref for _, (ref, _) in ready], [metrics for _, (_, metrics) in ready]
+        self.metrics.aggregate(runner_metrics, key=ENV_RUNNER_RESULTS)
+        with self._phase("add", REPLAY_BUFFER_ADD_DATA_TIMER):
+            self._add_to_replay(rollouts)
+        self._overlap_last_sampled = sum(int(m.get(NUM_ENV_STEPS_SAMPLED, 0)) for m in runner_metrics)
+        if learner_results is None:
+            return
+        self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
+        self.metrics.log_value(NUM_UPDATES_PER_ITERATION, k, window=1)
+        with self._phase("sync_weights", SYNCH_WORKER_WEIGHTS_TIMER):
+            self._sync_weights()

@@ -61,9 +61,42 @@ def test_overlap_is_reproducible(ray_local):
     assert all(torch.equal(a, b) for a, b in zip(*params))
 
 
-def test_overlap_needs_runner_and_learner_in_the_driver():
-    with pytest.raises(ValueError, match=r"runner\.overlap.*num_env_runners=1"):
-        to_rllib_config(load(SMOKE, ["runner.overlap=true", "algo.num_env_runners=1"])).validate()
+def test_overlap_refuses_a_local_runner_with_remote_learners():
+    with pytest.raises(ValueError, match=r"runner\.overlap.*num_env_runners=0, num_learners=2"):
+        to_rllib_config(load(SMOKE, ["runner.overlap=true", "algo.num_learners=2"])).validate()
+    to_rllib_config(load(SMOKE, ["runner.overlap=true", "algo.num_env_runners=1"])).validate()  # accepted
+
+
+def _remote(overlap: bool):
+    algo = to_rllib_config(load(SMOKE, EACH + [f"runner.overlap={str(overlap).lower()}", "algo.num_env_runners=1"]))
+    return algo.env_runners(num_cpus_per_env_runner=0).build_algo()
+
+
+def test_overlap_with_a_remote_runner_trains_while_it_samples(ray_local):
+    """A remote runner samples (an asynchronous Ray call) while the local learner trains on the
+    replay as it was before that rollout: iteration 1 trains nothing, later ones K updates sized by
+    the previous iteration's env steps; two runs end with identical parameters."""
+    per = 16 * 32
+    k = updates_for(per, 0.5, 64)
+    plain = _remote(False)
+    try:
+        _, learner = _train(plain, 3)
+        assert learner.updates == 3 * k
+    finally:
+        plain.stop()
+    params = []
+    for _ in range(2):
+        over = _remote(True)
+        try:
+            results, learner = _train(over, 3)
+            assert learner.updates == 2 * k and learner.replay.size == 3 * per
+            assert results[0].get("num_updates_per_iteration", 0) == 0
+            assert results[-1]["num_updates_per_iteration"] == k
+            assert results[-1]["env_runners"]["num_env_steps_sampled_lifetime"] == 3 * per
+            params.append([p.detach().clone() for p in learner.params])
+        finally:
+            over.stop()
+    assert all(torch.equal(a, b) for a, b in zip(*params))
 
 
 def test_overlap_must_be_a_bool():
@@ -85,3 +118,19 @@ def test_start_and_finish_pair_up(ray_local):
     finally:
         algo.stop()
 
+
+
+def test_overlap_with_remote_runners_and_ddp_learners(ray_local):
+    """Two remote runners sample while two DDP learners train: K per learner from the previous
+    iteration's env steps, every rollout stored once (half on each rank)."""
+    cfg = to_rllib_config(load(SMOKE, EACH + ["runner.overlap=true", "algo.num_env_runners=2", "algo.num_learners=2"]))
+    algo = cfg.env_runners(num_cpus_per_env_runner=0).learners(num_cpus_per_learner=1).build_algo()
+    try:
+        results = [algo.train() for _ in range(3)]
+        k = updates_for(2 * 16 * 32, 0.5, 2 * 64)
+        assert [r.get("num_updates_per_iteration", 0) for r in results] == [0, k, k]
+        per_rank = sorted(r.get() for r in algo.learner_group.foreach_learner(
+            lambda learner: (torch.distributed.get_rank(), learner.updates, learner.replay.size)))
+    finally:
+        algo.stop()
+    assert per_rank == [(0, 2 * k, 3 * 16 * 32), (1, 2 * k, 3 * 16 * 32)]

@@ -33,13 +33,16 @@ class RunnerSettings:
     Measured on one H200 (benchmarks/results/env_runner.json): 3.3x (64k envs) to 12x (1k envs)
     more env steps/s than eager."""
     overlap: bool = False
-    """Sample the next rollout while the learner trains (same-process runner and learner only).
+    """Sample the iteration's rollouts while the learner trains on the replay as it was before them.
 
-    Each iteration launches its rollout on the runner's own CUDA stream, enqueues the iteration's
-    updates on the learner's stream (they train on the replay as it was before this rollout), then
-    waits for the rollout and adds it. The rollout acts with the weights of the previous iteration,
-    as without overlap; the updates see data one rollout older. Results are reproducible for a
-    given setting. On CPU the same order runs without concurrency."""
+    Runner and learner in the driver process (num_env_runners 0, num_learners 0): each iteration
+    launches its rollout on the runner's own CUDA stream, enqueues the iteration's updates on the
+    learner's stream, then waits for the rollout and adds it (on CPU the same order runs without
+    concurrency). Remote env runners (num_env_runners >= 1, any num_learners): the rollouts are
+    asynchronous Ray calls that run while the learners train; K follows the env steps the previous
+    iteration sampled. Either way the rollouts act with the weights of the previous iteration, as
+    without overlap, and the updates see data one rollout older; results are reproducible for a
+    given setting. Refused with a local runner and remote learners."""
     seed: Optional[int] = None
     """Seed of the action RNG and the envs; None: ``config.seed`` or 0. Worker index is added."""
     epsilon: Optional[Any] = None
