@@ -540,7 +540,9 @@ class ZeroSyncDQN(DQN):
         overlap. Phases: ``train`` (the updates, overlapped with the sampling), ``sample`` (the wait
         for rollouts still running after them), ``add``, ``sync_weights``. Rollouts arrive in
         runner-index order, so the replay (and DDP shard assignment) is the same from run to run.
-        A rollout still running at the timeout is collected by a later iteration.
+        A rollout still running at the timeout is collected by a later iteration; a failed runner's
+        rollout is dropped (RLlib's fault tolerance), so after an iteration that sampled nothing the
+        next one trains nothing.
         """
         self._wait_for_env_runners()
         group = self.env_runner_group

@@ -134,3 +134,39 @@ def test_overlap_with_remote_runners_and_ddp_learners(ray_local):
     finally:
         algo.stop()
     assert per_rank == [(0, 2 * k, 3 * 16 * 32), (1, 2 * k, 3 * 16 * 32)]
+
+
+def test_overlap_survives_a_killed_remote_runner(ray_local):
+    """kill -9 of the remote runner between overlapped iterations: its rollout is dropped, Ray
+    restarts it and the overlapped iterations sample and train again."""
+    import os
+    import signal
+    import time
+
+    algo = _remote(True)
+    try:
+        _train(algo, 2)
+        [pid] = algo.env_runner_group.foreach_env_runner(lambda runner: os.getpid(), local_env_runner=False)
+        os.kill(pid, signal.SIGKILL)
+        steps = algo.metrics.peek(("env_runners", "num_env_steps_sampled_lifetime"))
+        deadline = time.monotonic() + 90
+        results = []
+
+        def sampled() -> float:
+            return algo.metrics.peek(("env_runners", "num_env_steps_sampled_lifetime"))
+
+        # The next iteration still trains (K from the previous iteration's rollout) but its rollout
+        # is dropped; the runner is restarted and samples again ...
+        while sampled() == steps:
+            assert time.monotonic() < deadline, f"the runner did not come back: {results[-1:]}"
+            results.append(algo.train())
+        assert sampled() == steps + 16 * 32 and len(results) >= 2
+        # ... and the iteration after that trains on its rollout.
+        updates = algo.local_learner.updates
+        results.append(algo.train())
+        assert algo.local_learner.updates > updates
+        [new_pid] = algo.env_runner_group.foreach_env_runner(lambda runner: os.getpid(), local_env_runner=False)
+        assert new_pid != pid
+        assert results[-1]["fault_tolerance"]["num_remote_worker_restarts"] >= 1
+    finally:
+        algo.stop()
