@@ -6,8 +6,9 @@ all-reduced in backward) -> TD loss (:mod:`rl_zerosync.learner.loss`) -> backwar
 gathered into one flat buffer and its global norm (:mod:`rl_zerosync.learner.flat_adam`) ->
 ``guard_check`` -> ``adam_step``: gradients scaled by ``loss_scale * clip_coef`` and Adam (AdamW)
 on the flat parameters in one kernel, skipped on the device when the guard's ``found_inf`` is set
-(parameters, moments and step count stay bit-identical) -> accumulators, Q stats, divergence. With the device replay, sampling and the priority update join it, and on CUDA
-the whole thing is captured once in a CUDA graph and replayed (:class:`GraphedUpdate`).
+(parameters, moments and step count stay bit-identical) -> accumulators, Q stats, divergence.
+With the device replay, sampling and the priority update join it, and on CUDA the whole thing is
+captured once in a CUDA graph and replayed (:class:`GraphedUpdate`).
 
 Two ways to drive it:
 
