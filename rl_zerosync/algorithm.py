@@ -201,8 +201,10 @@ class ZeroSyncDQNConfig(DQNConfig):
 
 
 def overlap_setting(config) -> bool:
-    """``runner.overlap`` as the config carries it (``env_config["runner"]``; default off)."""
-    return bool(((config.env_config or {}).get("runner") or {}).get("overlap", False))
+    """``runner.overlap`` of the config's runner settings (``env_config["runner"]``)."""
+    from rl_zerosync.env_runner.runner_settings import RunnerSettings
+
+    return RunnerSettings.from_env_config(config.env_config).overlap
 
 
 SAMPLE_TAG = "zerosync_sample"
