@@ -65,7 +65,9 @@ def test_compiled_update_is_captured_without_syncs_and_fuses_kernels():
     m = fused.collect_metrics()
     assert m["skipped"] == 0 and np.isfinite(m["loss_mean"])
     plain_k, fused_k = kernels_per_update(eager_ops), kernels_per_update(fused)
-    assert fused_k < plain_k - 10, (plain_k, fused_k)
+    # The loss, its gradient and the Q stats are one td_loss launch either way; compile still fuses
+    # the LayerNorm / ReLU chains of the forward and backward.
+    assert fused_k < plain_k, (plain_k, fused_k)
 
 
 def test_compiled_update_tracks_the_eager_one():

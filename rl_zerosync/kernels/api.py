@@ -19,7 +19,7 @@ from typing import Callable, Dict, Union
 
 import torch
 
-from rl_zerosync.kernels import adam, divergence, guard, qstats, reference, route, select
+from rl_zerosync.kernels import adam, divergence, guard, qstats, reference, route, sample, select, td_loss
 from rl_zerosync.kernels.compile import CudaSource, load_module
 
 Launcher = Callable[[], None]
@@ -48,6 +48,7 @@ KERNELS: Dict[str, KernelSpec] = {
                                    guard.SOURCE),
     "guard_record": KernelSpec(guard.guard_record, reference.guard_record, guard.check_guard_record, guard.SOURCE),
     "qstats": KernelSpec(qstats.qstats, reference.qstats, qstats.check_qstats, qstats.SOURCE),
+    "td_loss": KernelSpec(td_loss.td_loss, reference.td_loss, td_loss.check_td_loss, td_loss.SOURCE),
     "divergence": KernelSpec(divergence.divergence, reference.divergence, divergence.check_divergence,
                              divergence.SOURCE),
     "epsilon_greedy": KernelSpec(select.epsilon_greedy, reference.epsilon_greedy, select.check_epsilon_greedy,
@@ -56,6 +57,8 @@ KERNELS: Dict[str, KernelSpec] = {
                                    select.check_branching_select, select.SOURCE),
     "route": KernelSpec(route.route, reference.route, route.check_route, route.SOURCE),
     "adam_step": KernelSpec(adam.adam_step, reference.adam_step, adam.check_adam_step, adam.SOURCE),
+    "replay_sample": KernelSpec(sample.replay_sample, reference.replay_sample, sample.check_replay_sample,
+                                sample.SOURCE),
 }
 """Every kernel: name -> launch, twin, check, source (see ``docs/ARCHITECTURE.md`` for semantics)."""
 

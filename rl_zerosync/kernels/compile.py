@@ -7,7 +7,7 @@ declares its ``SOURCE``. The text compiled (:func:`kernel_source`) is:
    (:func:`shared_defines`: every layout of ``layouts.py``, the RNG parameters of ``rng.py``, the
    action layout of ``rl_zerosync.actions``) and the source's own (block sizes...), all taken from
    the Python constants, so no constant is written twice;
-2. ``common.cuh`` and ``rng.cuh``;
+2. the headers ``common.cuh``, ``rng.cuh`` and ``qpart.cuh``;
 3. the ``.cu`` file; a ``#line`` directive before each part keeps compiler messages on that file's
    own line numbers.
 
@@ -28,7 +28,7 @@ from rl_zerosync.kernels import rng
 from rl_zerosync.kernels.layouts import INT32_MAX, LAYOUTS
 
 KERNEL_DIR = Path(__file__).resolve().parent
-HEADERS = ("common.cuh", "rng.cuh")
+HEADERS = ("common.cuh", "rng.cuh", "qpart.cuh")
 DEFINES_NAME = "zs_defines.h"
 """The file name compiler messages give to the generated defines."""
 NVRTC_OPTIONS: Tuple[str, ...] = ("-std=c++17",)
@@ -108,7 +108,9 @@ def defines_text(source: CudaSource) -> str:
 def kernel_source(source: CudaSource) -> str:
     """Full source of ``source`` as compiled: the defines, the headers, then the file under ``#line 1``."""
     parts = [f'#line 1 "{DEFINES_NAME}"\n{defines_text(source)}']
-    parts += [f'#line 1 "{h}"\n{(KERNEL_DIR / h).read_text()}\n' for h in HEADERS if h != source.filename]
+    # A header compiled alone (tests) sees the headers listed before it, as every source does.
+    headers = HEADERS[:HEADERS.index(source.filename)] if source.filename in HEADERS else HEADERS
+    parts += [f'#line 1 "{h}"\n{(KERNEL_DIR / h).read_text()}\n' for h in headers]
     parts.append(f'#line 1 "{source.filename}"\n{(KERNEL_DIR / source.filename).read_text()}')
     return "".join(parts)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Optional, Union
 
 import torch
+import torch.nn.functional as F
 
 from rl_zerosync.actions import NUM_EXPOSURES, OrderType, Urgency, encode_t
 from rl_zerosync.kernels import rng
@@ -134,6 +135,51 @@ def qstats(q: torch.Tensor, out: torch.Tensor, scratch: torch.Tensor) -> None:
     stats = torch.where(nonfinite, torch.full_like(stats, float("nan")), stats)
     out[QSTATS.span(*parts)].copy_(stats)
     out[QSTATS.span("nan_flag")].copy_(nonfinite)
+
+
+def td_loss(
+    q: torch.Tensor,
+    q_select: torch.Tensor,
+    q_target: torch.Tensor,
+    actions: torch.Tensor,
+    rewards: torch.Tensor,
+    discounts: torch.Tensor,
+    terminateds: torch.Tensor,
+    weights: Optional[torch.Tensor],
+    dq: torch.Tensor,
+    loss: torch.Tensor,
+    td_abs: Optional[torch.Tensor],
+    qstats_out: torch.Tensor,
+    scratch: torch.Tensor,
+    blocks_done: torch.Tensor,
+    *,
+    loss_type: str,
+) -> None:
+    """Twin of ``zs_td_loss`` (``td_loss.cu``): the routed / flat loss of ``learner/loss.py`` with
+    torch's own ops (``argmax``, ``gather``, ``huber_loss`` / ``mse_loss`` with ``reduction="mean"``
+    when there are no weights), its gradient with respect to ``q`` by autograd into ``dq``, ``|TD|``
+    and :func:`qstats` of ``q``. ``scratch`` and ``blocks_done`` are unused. An action outside
+    ``[0, A)`` raises (torch's ``gather``); the kernel writes NaN instead."""
+    del blocks_done
+    with torch.no_grad():
+        a_star = torch.argmax(q_select, dim=1, keepdim=True)
+        boot = torch.where(terminateds, 0.0, discounts)
+        y = rewards + boot * q_target.gather(1, a_star).squeeze(1)
+    elementwise = F.huber_loss if loss_type == "huber" else F.mse_loss
+    extra = {"delta": 1.0} if loss_type == "huber" else {}
+    with torch.enable_grad():
+        leaf = q.detach().requires_grad_(True)
+        q_sa = leaf.gather(1, actions.long().unsqueeze(1)).squeeze(1)
+        if weights is None:
+            value = elementwise(q_sa, y, reduction="mean", **extra)
+        else:
+            value = torch.mean(weights * elementwise(q_sa, y, reduction="none", **extra))
+        (grad,) = torch.autograd.grad(value, leaf)
+    dq.copy_(grad)
+    loss.copy_(value.detach().reshape(1))
+    if td_abs is not None:
+        td_abs.copy_((q_sa.detach() - y).abs())
+    qstats(q.detach(), qstats_out, scratch)
 
 
 def divergence(
@@ -257,3 +303,30 @@ def adam_step(
     new_p = p - step_size * (m / denom)
     for buf, new in ((params, new_p), (exp_avg, m), (exp_avg_sq, v), (step, t)):
         buf.copy_(torch.where(ok, new, buf))
+
+
+def replay_sample(
+    packed: torch.Tensor,
+    size: torch.Tensor,
+    row_keys: torch.Tensor,
+    step_word: torch.Tensor,
+    rng_step: torch.Tensor,
+    indices: torch.Tensor,
+    out_packed: torch.Tensor,
+    blocks_done: torch.Tensor,
+    *,
+    seed_key: int,
+) -> None:
+    """Twin of ``zs_replay_sample`` (``sample.cu``): uniform replay draw of ``B = len(row_keys)`` rows;
+    ``blocks_done`` is unused.
+
+    ``indices = (hash32(row_keys ^ step_word) * size) >> 32`` (``size`` clamped to ``[0, capacity]``),
+    ``out_packed = packed[indices]``; then ``rng_step += 1`` and ``step_word = hash32((rng_step &
+    0xffffffff) ^ seed_key)``. All int64 maths below ``2**63``, as the kernel's 64-bit unsigned maths.
+    """
+    del blocks_done
+    bits = rng.hash32((row_keys ^ step_word) & rng.MASK32)
+    torch.bitwise_right_shift(bits * size.clamp(0, packed.shape[0]), 32, out=indices)
+    torch.index_select(packed, 0, indices, out=out_packed)
+    rng_step.add_(1)
+    step_word.copy_(rng.hash32((rng_step & rng.MASK32) ^ seed_key))

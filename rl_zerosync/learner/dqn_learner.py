@@ -2,7 +2,9 @@
 
 One update (:meth:`ZeroSyncDQNTorchLearner._zero_sync_step`), entirely on the device:
 forward through ``self.module[mid]`` (the DDP wrapper when ``num_learners > 1``, so gradients are
-all-reduced in backward) -> TD loss (:mod:`rl_zerosync.learner.loss`) -> backward -> gradients
+all-reduced in backward) -> TD loss (:mod:`rl_zerosync.learner.loss`; for routed / flat modules
+trained from the device replay one ``td_loss`` launch writes the loss, its gradient with respect
+to Q, |TD| and the Q stats, and backward starts from Q with that gradient) -> backward -> gradients
 gathered into one flat buffer and its global norm (:mod:`rl_zerosync.learner.flat_adam`) ->
 ``guard_check`` -> ``adam_step``: gradients scaled by ``loss_scale * clip_coef`` and Adam (AdamW)
 on the flat parameters in one kernel, skipped on the device when the guard's ``found_inf`` is set
@@ -50,13 +52,15 @@ from ray.rllib.utils.metrics import TD_ERROR_KEY
 from ray.rllib.utils.typing import ModuleID, StateDict
 
 from rl_zerosync.kernels import get_kernels
+from rl_zerosync.kernels.td_loss import td_loss_scratch_numel
 from rl_zerosync.learner.flat_adam import FlatAdam
 from rl_zerosync.learner.graph import GraphedUpdate
 from rl_zerosync.learner.learner_settings import LearnerSettings
 from rl_zerosync.learner.update_parts import UpdateParts, tf32_matmuls
-from rl_zerosync.learner.replay import WEIGHTS, DeviceReplayBuffer, ReplaySample
+from rl_zerosync.learner.replay import DISCOUNTS, WEIGHTS, DeviceReplayBuffer, ReplaySample
 from rl_zerosync.learner.targets import TargetUpdater
 from rl_zerosync.learner.training_guard import TrainingGuard
+from rl_zerosync.module import QF_NEXT_PREDS, QF_PREDS, QF_TARGET_NEXT_PREDS
 
 __all__ = ["ZeroSyncDQNTorchLearner", "COMPONENT_ZEROSYNC"]
 
@@ -97,7 +101,7 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
             raise ValueError("double_q is True in the DQNConfig but the module was built with double_q=False")
         self._num_q = int(inner.action_space.n)
         s = self.settings
-        kernels = get_kernels(self._device)
+        kernels = self._kernels = get_kernels(self._device)
         world = torch.distributed.get_world_size() if self.distributed else 1
         self.guard = TrainingGuard(kernels=kernels, settings=s, world_size=world)
         self._optimizer = self.get_optimizer(self._mid)
@@ -112,7 +116,7 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
         self.replay = DeviceReplayBuffer(
             capacity=s.replay_capacity, obs_shape=inner.observation_space.shape, device=self._device,
             gamma=s.gamma, n_step=s.n_step, prioritized=s.prioritized, alpha=s.alpha, beta=s.beta,
-            priority_eps=s.priority_eps, seed=(s.seed + rank) % 2**64,
+            priority_eps=s.priority_eps, seed=(s.seed + rank) % 2**64, kernels=kernels,
         )
         self._targets = TargetUpdater(pairs=inner.get_target_network_pairs(), tau=s.tau)
         if s.compile and self.distributed:
@@ -126,6 +130,9 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
         self._sample: Optional[ReplaySample] = None
         self._grad_seed: Optional[torch.Tensor] = None
         self._batch: Optional[Dict[str, torch.Tensor]] = None
+        # Routed / flat updates from the device replay: loss, dL/dQ, |TD| and Q stats in one td_loss launch.
+        self._fused_td = not self._branching
+        self._td: Optional[Dict[str, Optional[torch.Tensor]]] = None
         self.use_graph = bool(s.graph and self._device.type == "cuda")
         # DDP rebuilds its gradient buckets during the first iterations: capture after they settled.
         warmup = max(s.graph_warmup, DDP_GRAPH_WARMUP) if self.distributed else s.graph_warmup
@@ -212,27 +219,68 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
         self._optimizer.zero_grad(set_to_none=True)
 
     # ---- the update --------------------------------------------------------------------------
+    def _bind_td(self, batch_size: int, prioritized: bool) -> None:
+        """Static buffers of the ``td_loss`` launch: dL/dQ, |TD| (prioritized replay), scratch, counter."""
+        dev = self._device
+        self._td = {
+            "dq": torch.zeros((batch_size, self._num_q), dtype=torch.float32, device=dev),
+            "td_abs": torch.zeros(batch_size, dtype=torch.float32, device=dev) if prioritized else None,
+            "scratch": torch.zeros(td_loss_scratch_numel(batch_size), dtype=torch.float64, device=dev),
+            "blocks_done": torch.zeros(1, dtype=torch.int32, device=dev),
+        }
+        self._td_checked = False
+
+    def _td_loss(self, batch: Dict[str, torch.Tensor]) -> torch.Tensor:
+        """Forward, then one ``td_loss`` launch: loss into the guard's buffer, dL/dQ into ``dq``, |TD|,
+        Q stats into the guard's ``qstats_out``. Returns the online Q of the batch (it carries the graph)."""
+        fwd = self._parts.forward(batch)
+        q, q_target = fwd[QF_PREDS], fwd[QF_TARGET_NEXT_PREDS]
+        q_select = fwd[QF_NEXT_PREDS] if self.settings.double_q else q_target
+        td = self._td
+        args = (q.detach(), q_select, q_target, batch[Columns.ACTIONS], batch[Columns.REWARDS], batch[DISCOUNTS],
+                batch[Columns.TERMINATEDS], batch.get(WEIGHTS), td["dq"], self.guard.loss, td["td_abs"],
+                self.guard.qstats_out, td["scratch"], td["blocks_done"])
+        if not self._td_checked:
+            self._kernels.bind_td_loss(*args, loss_type=self.settings.loss)  # validates once
+            self._td_checked = True
+        elif q.shape != td["dq"].shape or not (q.is_contiguous() and q_select.is_contiguous()
+                                                and q_target.is_contiguous()):
+            raise ValueError(f"td_loss: the forward's Q must be contiguous {list(td['dq'].shape)}, got "
+                             f"{list(q.shape)} (contiguous: {q.is_contiguous()}, {q_select.is_contiguous()}, "
+                             f"{q_target.is_contiguous()})")
+        self._kernels.td_loss(*args, loss_type=self.settings.loss)
+        return q
+
     def _zero_sync_step(
-        self, batch: Dict[str, torch.Tensor], need_td_abs: bool = True
+        self, batch: Dict[str, torch.Tensor], need_td_abs: bool = True, fused: bool = False
     ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-        """One guarded update on ``batch`` (device tensors); returns (loss, |TD| or None). No host read."""
-        loss, td_abs, q = self._parts.loss(batch, need_td_abs)
+        """One guarded update on ``batch`` (device tensors); returns (loss, |TD| or None). No host read.
+
+        ``fused``: the batch is the replay's static batch of a routed / flat module: the loss and its
+        gradient with respect to Q come from the ``td_loss`` kernel, and backward starts from Q.
+        """
         self._optimizer.zero_grad(set_to_none=True)
-        if self._grad_seed is None or self._grad_seed.device != loss.device:
-            self._grad_seed = torch.ones((), dtype=loss.dtype, device=loss.device)
-        loss.backward(self._grad_seed)  # the static 1.0 seed: no fill kernel per backward
+        if fused:
+            q_graph = self._td_loss(batch)
+            loss, td_abs, q = self.guard.loss, self._td["td_abs"], None
+            torch.autograd.backward(q_graph, self._td["dq"])
+        else:
+            loss, td_abs, q = self._parts.loss(batch, need_td_abs)
+            if self._grad_seed is None or self._grad_seed.device != loss.device:
+                self._grad_seed = torch.ones((), dtype=loss.dtype, device=loss.device)
+            loss.backward(self._grad_seed)  # the static 1.0 seed: no fill kernel per backward
         self._flat.gather_grads()
         # Written straight into the guard's static buffer (no copy in check()).
         self._flat.grad_norm_into(self.guard.grad_norm)
         self.guard.check(loss, self.guard.grad_norm)
         self._flat.step()  # scale, clip, Adam(W); skipped on the device when found_inf is set
-        self.guard.record(q)
+        self.guard.record(q)  # q None: td_loss wrote the Q stats
         return loss.detach(), td_abs
 
     def _device_update(self) -> None:
         """Sample into the static batch, update, write priorities: the graph-captured unit."""
         self._parts.sample_into(self._sample)
-        _, td_abs = self._zero_sync_step(self._batch, need_td_abs=self.replay.prioritized)
+        _, td_abs = self._zero_sync_step(self._batch, need_td_abs=self.replay.prioritized, fused=self._fused_td)
         if td_abs is not None:
             self.replay.update_priorities(self._sample.indices, td_abs)
 
@@ -255,6 +303,8 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
             if not self.settings.prioritized:
                 del self._batch[WEIGHTS]  # uniform replay: all weights are 1 (the loss skips the multiply)
             self.guard.bind_q(self.settings.train_batch_size_per_learner, self._num_q)
+            if self._fused_td:
+                self._bind_td(self.settings.train_batch_size_per_learner, self.settings.prioritized)
         if num_updates:
             self._weights_seq_no += 1  # the weights change, as in Learner.update()
         freq = self.settings.target_network_update_freq

@@ -10,20 +10,24 @@
   :attr:`DeviceReplayBuffer.row_words` words (``obs``, ``next_obs`` (16-byte aligned), ``actions``
   (int64, 8-byte aligned), ``rewards``, ``discounts``, ``terminateds`` (the first byte of a word),
   padding to a multiple of 4 words); ``storage`` maps each column name to its strided view. A
-  :class:`ReplaySample` has the same packed layout, so one ``index_select`` gathers a whole batch
-  and the batch columns are views of it.
+  :class:`ReplaySample` has the same packed layout, so one gather (an ``index_select``, or the
+  ``replay_sample`` kernel) fills a whole batch and the batch columns are views of it.
 * ``sample_into(out)`` fills caller-owned static buffers (a :class:`ReplaySample`) with no host
   read and no allocation that depends on data, so it can be captured in a CUDA graph. Randomness is
   counter-based, built from ``rl_zerosync.kernels.rng``'s ``hash32`` / ``combine``: row ``i`` of
   draw ``step`` (a device counter advanced on the device) gets the 32-bit word
   ``hash32(K_i ^ hash32(step_lo32 ^ seed_key(seed)))`` with the static row key
   ``K_i = combine(combine(seed_key(seed), STREAM_SAMPLE), i)``. The step word
-  ``hash32(step_lo32 ^ seed_key(seed))`` of the current step is kept on the device and the next
-  one is hashed in the same pass as the row words (one ``hash32`` over ``B + 1`` values per draw).
-  Eager and graph-replayed sampling therefore draw identical indices, on CPU and GPU alike (about
-  20 small kernels per draw, gather included).
+  ``hash32(step_lo32 ^ seed_key(seed))`` of the current step is kept on the device and advanced
+  with the step. Eager and graph-replayed sampling therefore draw identical indices, on CPU and GPU
+  alike.
 
-  - uniform: ``index = (bits32 * size) >> 32`` (with replacement); weights are 1.
+  - uniform: ``index = (bits32 * size) >> 32`` (with replacement); weights are 1. Built with
+    ``kernels`` (a ``rl_zerosync.kernels.Kernels``), a draw into packed sample buffers is **one**
+    ``replay_sample`` launch (hash, index, row gather, step and step word advanced; bound and
+    validated once per :class:`ReplaySample`, see :attr:`DeviceReplayBuffer.sample_kernel`).
+    Without ``kernels`` it is about 20 small torch kernels (the next step word hashed in the same
+    pass as the row words, one ``index_select`` of the packed rows); both draw the same, bit for bit.
   - prioritized (proportional, Schaul et al. 2016): stored priority ``p = (|TD| + eps) ** alpha``
     (new rows get the largest priority seen so far, initially 1); stratified draw
     ``target_i = (i + u_i) / B * sum(p)`` located with ``searchsorted`` on ``cumsum(p)`` (float64);
@@ -33,8 +37,9 @@
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -43,6 +48,9 @@ from ray.rllib.core.columns import Columns
 
 from rl_zerosync.kernels.rng import MASK32, STREAM_USER_BASE, combine, hash32, seed_key
 from rl_zerosync.learner.nstep import nstep_transitions
+
+if TYPE_CHECKING:
+    from rl_zerosync.kernels.api import Kernels, Launcher
 
 __all__ = ["DeviceReplayBuffer", "ReplaySample", "REPLAY_COLUMNS", "DISCOUNTS", "WEIGHTS"]
 
@@ -110,7 +118,7 @@ class ReplaySample:
     """Static buffers one sampled batch is written into (reused every update).
 
     Made by :meth:`DeviceReplayBuffer.make_sample_buffers`: the stored columns are views of
-    ``packed`` (the buffer's row layout), which one ``index_select`` fills.
+    ``packed`` (the buffer's row layout), which one gather fills.
     """
 
     indices: torch.Tensor
@@ -155,6 +163,8 @@ class DeviceReplayBuffer:
         prioritized: Proportional prioritized replay instead of uniform.
         alpha, beta, priority_eps: Prioritized-replay exponents and epsilon.
         seed: Seed of the counter-based sampling RNG.
+        kernels: The kernels of ``device`` (``get_kernels(device)``); uniform sampling into packed
+            sample buffers is then one ``replay_sample`` launch. None (or prioritized replay): torch ops.
     """
 
     def __init__(
@@ -170,6 +180,7 @@ class DeviceReplayBuffer:
         beta: float = 0.4,
         priority_eps: float = 1e-6,
         seed: int = 0,
+        kernels: Optional[Kernels] = None,
     ) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or not 1 <= capacity < 2**31:
             raise ValueError(f"capacity must be an int in [1, 2**31), got {capacity!r}")
@@ -202,6 +213,11 @@ class DeviceReplayBuffer:
         self._step_word = torch.zeros(1, dtype=torch.int64, device=dev)  # hash32(rng_step_lo32 ^ seed key)
         self._set_rng_step(0)
         self._size_t = torch.zeros(1, dtype=torch.int64, device=dev)
+        if kernels is not None and kernels.device != dev:
+            raise ValueError(f"kernels must be for the replay's device {dev}, got {kernels.device}")
+        self._sample_kernels: Optional[Kernels] = None if self.prioritized else kernels
+        self._blocks_done = torch.zeros(1, dtype=torch.int32, device=dev)  # replay_sample's counter, 0 between draws
+        self._sample_launchers: Dict[int, Tuple[weakref.ref, Launcher]] = {}
         self.size = 0
         self.ptr = 0
         self.num_added = 0
@@ -213,6 +229,13 @@ class DeviceReplayBuffer:
     def packed(self) -> torch.Tensor:
         """The packed rows ``int32[capacity, row_words]`` every column is a view of (read-only use)."""
         return self._packed
+
+    @property
+    def sample_kernel(self) -> bool:
+        """True when :meth:`sample_into` draws a uniform batch into packed sample buffers with one
+        ``replay_sample`` launch of the ``kernels`` given (a CuPy launch on the CUDA backend: not for
+        ``torch.compile``); False for the torch ops (no ``kernels``, or prioritized replay)."""
+        return self._sample_kernels is not None
 
     def __len__(self) -> int:
         return self.size
@@ -345,9 +368,31 @@ class DeviceReplayBuffer:
         self._step_word.copy_(hashed[b:])
         return hashed[:b]
 
+    def _sample_launcher(self, out: ReplaySample) -> Launcher:
+        """The ``replay_sample`` launch into ``out``: bound (validated) on first use, then cached for
+        as long as ``out`` lives."""
+        key, launchers = id(out), self._sample_launchers
+        entry = launchers.get(key)
+        if entry is not None and entry[0]() is out:
+            return entry[1]
+        launch = self._sample_kernels.bind_replay_sample(
+            self._packed, self._size_t, out.row_keys, self._step_word, self.rng_step, out.indices, out.packed,
+            self._blocks_done, seed_key=self._seed_key)
+
+        def forget(ref: weakref.ref) -> None:
+            if launchers.get(key, (None,))[0] is ref:
+                del launchers[key]
+
+        launchers[key] = (weakref.ref(out, forget), launch)
+        return launch
+
     def sample_into(self, out: ReplaySample) -> None:
         """Draw ``len(out.indices)`` transitions into ``out`` on the device; advances the RNG step."""
         b = out.indices.shape[0]
+        packed = out.packed is not None and out.packed.shape == (b, self.row_words)
+        if packed and self._sample_kernels is not None:
+            self._sample_launcher(out)()
+            return
         bits = self._draw_bits(out)
         if self.priorities is None:
             torch.bitwise_right_shift(bits.mul_(self._size_t), 32, out=out.indices)
@@ -361,7 +406,7 @@ class DeviceReplayBuffer:
             prob = self.priorities[out.indices] / total
             w = torch.pow(self._size_t.to(torch.float64) * prob, -self.beta)
             torch.div(w, w.max(), out=out.weights)
-        if out.packed is not None and out.packed.shape == (b, self.row_words):
+        if packed:
             torch.index_select(self._packed, 0, out.indices, out=out.packed)
         else:
             for k in _STORED:

@@ -240,9 +240,11 @@ class TrainingGuard:
     def check(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
         """Copy loss / grad norm into the static buffers and launch ``guard_check``.
 
-        ``grad_norm`` may be :attr:`grad_norm` itself (computed in place with ``out=``): no copy then.
+        ``loss`` and ``grad_norm`` may be :attr:`loss` / :attr:`grad_norm` themselves (written there by
+        the ``td_loss`` kernel / computed in place with ``out=``): no copy then.
         """
-        self.loss.copy_(loss.detach().reshape(1))
+        if loss is not self.loss:
+            self.loss.copy_(loss.detach().reshape(1))
         if grad_norm is not self.grad_norm:
             self.grad_norm.copy_(grad_norm.detach().reshape(1))
         if self.world_size > 1:
@@ -250,11 +252,16 @@ class TrainingGuard:
             self.loss.mul_(1.0 / self.world_size)
         self._check()
 
-    def record(self, q: torch.Tensor) -> None:
+    def record(self, q: Optional[torch.Tensor]) -> None:
         """Q stats, divergence, then accumulate + Q aggregate + first-trigger records after the optimizer step.
 
-        ``q`` is the batch's detached Q, contiguous float32 ``[B, A]`` of a shape bound with :meth:`bind_q`.
+        ``q`` is the batch's detached Q, contiguous float32 ``[B, A]`` of a shape bound with :meth:`bind_q`;
+        None when :attr:`qstats_out` already holds this update's Q stats (the ``td_loss`` kernel wrote them).
         """
+        if q is None:
+            self._divergence()
+            self._record()
+            return
         scratch = self._qstats.get((q.shape[0], q.shape[1]) if q.dim() == 2 else None)
         if scratch is None or q.dtype != torch.float32 or not q.is_contiguous() or q.device != self.device:
             raise ValueError(f"record: q must be a contiguous float32 [B, A] tensor on {self.device} of a shape "

@@ -5,15 +5,19 @@ gathering, the guard's CUDA kernels and the ``adam_step`` kernel follow them, in
 :meth:`~rl_zerosync.learner.dqn_learner.ZeroSyncDQNTorchLearner._zero_sync_step`):
 
 * ``sample_into(out)``: replay sampling into the static batch (:meth:`DeviceReplayBuffer.sample_into`);
-* ``loss(batch, need_td_abs) -> (loss, td_abs, q)``: forward of the online and target networks and
-  the TD loss (:func:`~rl_zerosync.learner.loss.td_loss`).
+* ``forward(batch) -> fwd_out``: forward of the online and target networks (``forward_train``), for
+  the routed / flat update, whose TD loss and gradient with respect to Q are the ``td_loss`` kernel;
+* ``loss(batch, need_td_abs) -> (loss, td_abs, q)``: forward and the TD loss in torch ops
+  (:func:`~rl_zerosync.learner.loss.td_loss`), for branching and RLlib's drop-in batches.
 
 With ``compiled=False`` these are the eager ops (the default).
-With ``compiled=True`` both are wrapped in ``torch.compile`` (inductor, static shapes): pointwise
-chains and reductions become a few Triton kernels and the loss's backward is compiled with it. The
-compiled functions are traced during the learner's eager warm-up updates and then captured in its
-CUDA graph like any other op; no host read is added. Compiled updates are not bit-identical to
+With ``compiled=True`` each is wrapped in ``torch.compile`` (inductor, static shapes): pointwise
+chains and reductions become a few Triton kernels and the backward is compiled with the forward.
+The compiled functions are traced during the learner's eager warm-up updates and then captured in
+its CUDA graph like any other op; no host read is added. Compiled updates are not bit-identical to
 eager ones (fused reductions round differently); the replay's integer hashing is exact either way.
+A replay that samples with its own kernel (``replay.sample_kernel``) is not wrapped: a CuPy launch
+cannot be traced, and it is one launch already.
 """
 from __future__ import annotations
 
@@ -66,4 +70,6 @@ class UpdateParts:
 
         wrap: Callable = (lambda fn: torch.compile(fn, dynamic=False)) if self.compiled else (lambda fn: fn)
         self.loss = wrap(loss)
-        self.sample_into: Callable[[ReplaySample], None] = wrap(replay.sample_into)
+        self.forward: Callable[[Dict[str, torch.Tensor]], Dict[str, torch.Tensor]] = wrap(module.forward_train)
+        self.sample_into: Callable[[ReplaySample], None] = (
+            replay.sample_into if replay.sample_kernel else wrap(replay.sample_into))
