@@ -20,6 +20,7 @@ from rl_zerosync.actions import NUM_EXPOSURES, OrderType, Urgency, encode_t
 from rl_zerosync.kernels import rng
 from rl_zerosync.kernels.adam import CLIP_EPS, derived_constants
 from rl_zerosync.kernels.layouts import ACCUM, CHECK, FLAGS, INT32_MAX, QAGG, QSTATS, RECORD
+from rl_zerosync.kernels.norm import NORM_CHUNK
 from rl_zerosync.kernels.route import HIGH_VOL, LOW_VOL, WIDE
 
 
@@ -180,6 +181,14 @@ def td_loss(
     if td_abs is not None:
         td_abs.copy_((q_sa.detach() - y).abs())
     qstats(q.detach(), qstats_out, scratch)
+
+
+def grad_norm(x: torch.Tensor, row_norms: torch.Tensor, out: torch.Tensor, blocks_done: torch.Tensor) -> None:
+    """Twin of ``zs_grad_norm`` (``norm.cu``): ``torch.linalg.vector_norm`` of the rows of
+    ``NORM_CHUNK`` elements into ``row_norms``, then of those into ``out``; ``blocks_done`` is unused."""
+    del blocks_done
+    torch.linalg.vector_norm(x.view(-1, NORM_CHUNK), dim=1, out=row_norms)
+    torch.linalg.vector_norm(row_norms, dim=0, keepdim=True, out=out)
 
 
 def divergence(

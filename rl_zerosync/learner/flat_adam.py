@@ -6,9 +6,11 @@ would be) and keeps the Adam moments in two more flat buffers. One update then t
 
 1. :meth:`FlatAdam.gather_grads`: the gradients backward produced, copied into the flat gradient
    buffer by one ``torch.cat`` (static zero pads fill the gaps between parameters);
-2. :meth:`FlatAdam.grad_norm_into`: the global L2 norm of that buffer, in two reductions (the norms
-   of its :data:`NORM_CHUNK`-element rows, then the norm of those: a single flat reduction runs in
-   one block and took 10 us per update at 86K parameters on an H200, the two 7.4 us);
+2. :meth:`FlatAdam.grad_norm_into`: the global L2 norm of that buffer, as two reductions in one
+   ``grad_norm`` launch (the norms of its :data:`NORM_CHUNK`-element rows, one block each, then
+   the norm of those by the block that finishes last; the buffers' length is a multiple of
+   :data:`NORM_CHUNK`). A single flat torch reduction runs in one block and took 10 us per update
+   at 86K parameters on an H200, torch's two reductions 7.4 us;
 3. :meth:`FlatAdam.step`: the ``adam_step`` kernel (``rl_zerosync.kernels``): the guard's loss scale
    and the global-norm clip applied to the gradient, then Adam, or AdamW with its decoupled decay,
    for every parameter, skipped on the device when the guard's ``found_inf`` is set (nothing moves,
@@ -32,13 +34,12 @@ from typing import List, Optional
 import torch
 
 from rl_zerosync.kernels import Kernels
+from rl_zerosync.kernels.norm import NORM_CHUNK
 
 __all__ = ["ALIGN", "NORM_CHUNK", "FlatAdam"]
 
 ALIGN = 64
 """Each parameter's offset in the flat buffers is a multiple of this many elements (256 bytes)."""
-NORM_CHUNK = 2048
-"""The flat buffers' length is a multiple of this: the gradient norm reduces rows of it first."""
 
 
 def _round_up(n: int, to: int = ALIGN) -> int:
@@ -94,6 +95,9 @@ class FlatAdam:
         """Adam's step count (shared by every parameter; not advanced by a skipped step)."""
         self._blocks_done = torch.zeros(1, dtype=torch.int32, device=device)
         self._row_norms = zeros(at // NORM_CHUNK)
+        self._norm_blocks_done = torch.zeros(1, dtype=torch.int32, device=device)
+        self._kernels = kernels
+        self._norm: Optional[tuple] = None  # (out buffer, its bound grad_norm launch)
         # The pieces torch.cat writes into flat_grads, in order: a gradient slot per parameter,
         # then the zero pad up to the next parameter's offset (static, never written).
         self._pads: List[Optional[torch.Tensor]] = []
@@ -169,9 +173,11 @@ class FlatAdam:
         torch.cat(parts, out=self.flat_grads)
 
     def grad_norm_into(self, out: torch.Tensor) -> None:
-        """``out[0] = ||flat_grads||_2``: the norms of the rows of ``NORM_CHUNK`` elements, then theirs."""
-        torch.linalg.vector_norm(self.flat_grads.view(-1, NORM_CHUNK), dim=1, out=self._row_norms)
-        torch.linalg.vector_norm(self._row_norms, dim=0, keepdim=True, out=out)
+        """``out[0] = ||flat_grads||_2`` (one ``grad_norm`` launch; bound once per ``out`` buffer)."""
+        if self._norm is None or self._norm[0] is not out:
+            self._norm = (out, self._kernels.bind_grad_norm(self.flat_grads, self._row_norms, out,
+                                                             self._norm_blocks_done))
+        self._norm[1]()
 
     def step(self) -> None:
         """Launch ``adam_step`` on the flat buffers (skipped on the device when ``found_inf`` is set)."""
