@@ -193,3 +193,28 @@ def test_record_takes_q_of_a_bound_shape_without_a_copy():
         guard.record(torch.randn(45, 8).t())
     with pytest.raises(ValueError, match="contiguous float32"):
         guard.record(q.double())
+
+
+@pytest.mark.parametrize("mode", ["flat", "routed"])
+def test_td_loss_update_equals_the_torch_loss_update(mode, monkeypatch):
+    """The td_loss path (loss and dL/dQ from the kernel, backward from the whole double-Q output)
+    gives the torch-loss path's update bit for bit on the CPU twins."""
+    fused, plain = build_learner(mode=mode), build_learner(mode=mode)
+    plain.module.set_state(fused.module.get_state())
+    plain._fused_td = False
+    n = 5 if mode == "routed" else 45
+    for learner in (fused, plain):
+        learner.replay.add(rollout(n_actions=n))
+    roots = []
+    real_backward = torch.autograd.backward
+    monkeypatch.setattr(torch.autograd, "backward",
+                        lambda t, *args, **kw: (roots.append(tuple(t.shape)), real_backward(t, *args, **kw))[1])
+    fused.train(3)
+    monkeypatch.undo()
+    assert roots == [(16, n)] * 3  # [2B, A]: the whole cat([obs, next_obs]) forward, no split backward
+    plain.train(3)
+    for a, b in zip(fused.params, plain.params):
+        assert torch.equal(a, b)
+    mf, mp = fused.collect_metrics(), plain.collect_metrics()
+    for key in ("loss_mean", "grad_norm_mean", "q_mean", "q_max", "q_min"):
+        assert mf[key] == mp[key], key

@@ -81,14 +81,23 @@ zs_td_loss(const float* __restrict__ q, const float* __restrict__ q_select, cons
     for (long long i = zs_thread_index() >> 5; i < rows; i += warps) {
         const long long base = i * (long long)cols;
         const float* q_row = q + base;
+        const float* t_row = q_target + base;
+        // Every load that does not depend on the reductions is issued first (latency, not bandwidth,
+        // bounds this kernel): the row's columns, the target row's first 64 entries, Q(s, a).
+        const long long action = actions[i * actions_stride];
+        const float reward = rewards[i * rewards_stride];
+        const float boot = terminateds[i * terminateds_stride] ? 0.0f : discounts[i * discounts_stride];
+        const float w = weights != nullptr ? weights[i * weights_stride] : 1.0f;
+        const float t_lo = lane < cols ? __ldg(t_row + lane) : 0.0f;
+        const float t_hi = lane + 32 < cols ? __ldg(t_row + lane + 32) : 0.0f;
+        const bool valid = action >= 0 && action < (long long)cols;
+        const float q_sa = valid ? __ldg(q_row + action) : ZS_NAN_F;
         zs_qpart_add_row_warp(p, q_row, cols);
         const int a_star = zs_row_argmax_warp(q_select + base, cols);
-        const float boot = terminateds[i * terminateds_stride] ? 0.0f : discounts[i * discounts_stride];
-        const float y = __fadd_rn(rewards[i * rewards_stride], __fmul_rn(boot, __ldg(q_target + base + a_star)));
-        const long long action = actions[i * actions_stride];
-        const bool valid = action >= 0 && action < (long long)cols;
-        const float td = valid ? __fsub_rn(__ldg(q_row + action), y) : ZS_NAN_F;
-        const float w = weights != nullptr ? weights[i * weights_stride] : 1.0f;
+        const float q_next = cols <= 64 ? __shfl_sync(ZS_FULL_MASK, a_star < 32 ? t_lo : t_hi, a_star & 31)
+                                        : __ldg(t_row + a_star);
+        const float y = __fadd_rn(reward, __fmul_rn(boot, q_next));
+        const float td = valid ? __fsub_rn(q_sa, y) : ZS_NAN_F;
         const float abs_td = fabsf(td);
         float term, grad;
         if (huber) {

@@ -222,8 +222,12 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
     def _bind_td(self, batch_size: int, prioritized: bool) -> None:
         """Static buffers of the ``td_loss`` launch: dL/dQ, |TD| (prioritized replay), scratch, counter."""
         dev = self._device
+        # dq is the first half of a [2B, A] gradient whose second half stays 0: with the double-Q
+        # forward of cat([obs, next_obs]), backward starts from the whole output (see _backward_from_q).
+        dq_full = torch.zeros((2 * batch_size, self._num_q), dtype=torch.float32, device=dev)
         self._td = {
-            "dq": torch.zeros((batch_size, self._num_q), dtype=torch.float32, device=dev),
+            "dq_full": dq_full,
+            "dq": dq_full[:batch_size],
             "td_abs": torch.zeros(batch_size, dtype=torch.float32, device=dev) if prioritized else None,
             "scratch": torch.zeros(td_loss_scratch_numel(batch_size), dtype=torch.float64, device=dev),
             "blocks_done": torch.zeros(1, dtype=torch.int32, device=dev),
@@ -251,6 +255,20 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
         self._kernels.td_loss(*args, loss_type=self.settings.loss)
         return q
 
+    def _backward_from_q(self, q: torch.Tensor) -> None:
+        """Backward with ``dL/dQ`` (the ``td_loss`` kernel's ``dq``).
+
+        When ``q`` is the first half of the double-Q forward's ``[2B, A]`` output (a view of it,
+        ``Tensor._base``), backward starts from that whole output with ``[dq; 0]``: the same gradient
+        without the zero fill and copy that the split's own backward would launch.
+        """
+        td, base = self._td, q._base
+        if (base is not None and base.requires_grad and base.shape == td["dq_full"].shape
+                and base.data_ptr() == q.data_ptr() and base.stride() == q.stride()):
+            torch.autograd.backward(base, td["dq_full"])
+        else:
+            torch.autograd.backward(q, td["dq"])
+
     def _zero_sync_step(
         self, batch: Dict[str, torch.Tensor], need_td_abs: bool = True, fused: bool = False
     ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
@@ -263,7 +281,7 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
         if fused:
             q_graph = self._td_loss(batch)
             loss, td_abs, q = self.guard.loss, self._td["td_abs"], None
-            torch.autograd.backward(q_graph, self._td["dq"])
+            self._backward_from_q(q_graph)
         else:
             loss, td_abs, q = self._parts.loss(batch, need_td_abs)
             if self._grad_seed is None or self._grad_seed.device != loss.device:
