@@ -201,7 +201,8 @@ def test_td_loss_update_equals_the_torch_loss_update(mode, monkeypatch):
     gives the torch-loss path's update bit for bit on the CPU twins."""
     fused, plain = build_learner(mode=mode), build_learner(mode=mode)
     plain.module.set_state(fused.module.get_state())
-    plain._fused_td = False
+    assert fused.td_kernel
+    plain.td_kernel = False
     n = 5 if mode == "routed" else 45
     for learner in (fused, plain):
         learner.replay.add(rollout(n_actions=n))

@@ -179,6 +179,23 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
         return self._flat
 
     @property
+    def td_kernel(self) -> bool:
+        """Whether routed / flat updates from the device replay take their loss and dL/dQ from the
+        ``td_loss`` kernel (the default); False: the torch loss of :mod:`rl_zerosync.learner.loss`,
+        as branching always does. Settable (comparisons and debugging); a captured graph is dropped."""
+        return self._fused_td
+
+    @td_kernel.setter
+    def td_kernel(self, on: bool) -> None:
+        if bool(on) and self._branching:
+            raise ValueError("td_kernel: the td_loss kernel covers routed / flat modules, not branching")
+        self._fused_td = bool(on)
+        if self._fused_td and self._sample is not None and self._td is None:
+            self._bind_td(self.settings.train_batch_size_per_learner, self.settings.prioritized)
+        if self._graphed is not None:
+            self._graphed.reset()
+
+    @property
     def device(self) -> torch.device:
         """The device this learner trains on (RLlib's ``Learner._device``)."""
         return self._device
