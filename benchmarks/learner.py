@@ -14,6 +14,7 @@ grad clip 40, double DQN, Huber):
 * ``ours_eager``: ``ZeroSyncDQNTorchLearner.train(K)`` with ``graph: false`` (device replay
   sampling, guard, the adam_step optimizer kernel, Q stats, priorities-free uniform replay).
 * ``ours_graph``: the same, captured once in a CUDA graph and replayed (the default learner).
+* ``ours_graph_x8``: ``learner.updates_per_graph: 8``: blocks of 8 updates per graph launch.
 * ``ours_compiled``: ``learner.compile: true`` (torch.compile of the update's torch ops, inside the
   graph). ``ours_compiled_tf32``: plus ``learner.tf32: true`` (the learner of ``configs/fast.yaml``).
 
@@ -197,10 +198,11 @@ def main(argv: Optional[List[str]] = None) -> Dict:
         eager = bench_ours(b, False, args, device)
         cuda = device.type == "cuda"
         graphed = bench_ours(b, True, args, device) if cuda else None
+        blocks = bench_ours(b, True, args, device, updates_per_graph=8) if cuda else None
         compiled = bench_ours(b, True, args, device, compile=True) if cuda else None
         fast = bench_ours(b, True, args, device, compile=True, tf32=True) if cuda else None
         for name, r in (("stock", stock), ("ours_eager", eager), ("ours_graph", graphed),
-                        ("ours_compiled", compiled), ("ours_compiled_tf32", fast)):
+                        ("ours_graph_x8", blocks), ("ours_compiled", compiled), ("ours_compiled_tf32", fast)):
             if r is None:
                 continue
             rows.append({"variant": name, "batch_size": b, **r, "updates_per_s": 1e6 / r["median_us"],

@@ -135,6 +135,7 @@ def learning_sweep(r, current: Optional[dict] = None) -> str:
 
 # ------------------------------------------------------------------------------------- learner
 LEARNER_LABELS = {"stock": "stock", "ours_eager": "ours, eager", "ours_graph": "ours, CUDA graph",
+                  "ours_graph_x8": "ours, graph, 8 updates per launch",
                   "ours_compiled": "ours, graph + compile", "ours_compiled_tf32": "ours, graph + compile + TF32"}
 
 

@@ -182,3 +182,46 @@ def test_packed_sampling_matches_cpu():
         for key, col in outs[1].as_batch().items():  # n-step sums may round differently on the GPU
             torch.testing.assert_close(outs[0].as_batch()[key].cpu(), col, msg=key)
     assert torch.equal(gpu.rng_step.cpu(), cpu.rng_step)
+
+
+def _graph_launches(fn) -> int:
+    """cudaGraphLaunch calls made by ``fn`` (torch profiler, CPU-side runtime events)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return sum(1 for e in prof.events() if e.name.startswith("cudaGraphLaunch"))
+
+
+@pytest.mark.parametrize("mode,prioritized", [("flat", False), ("routed", True)])
+def test_updates_per_graph_is_the_same_updates_in_fewer_launches(mode, prioritized):
+    """8 updates per graph launch: bit-identical to one per launch (target updates every 50 and the
+    collapse-warmup switch fall inside blocks, which then run as single updates), without host syncs."""
+    one = build(mode, graph=True, prioritized=prioritized, seed=5, collapse_warmup_fraction=0.5)
+    eight = build(mode, graph=True, prioritized=prioritized, seed=5, collapse_warmup_fraction=0.5,
+                  updates_per_graph=8)
+    eight.module.set_state(one.module.get_state())
+    for learner in (one, eight):
+        learner.replay.add(device_rollout(n_actions(mode), seed=7))
+        learner.train(learner.settings.graph_warmup + 1)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        eight.train(3)  # fewer than a block: one-update launches
+        eight.train(117)  # crosses target updates at 50 and 100 and the warmup switch at update 8
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    one.train(3)
+    one.train(117)
+    assert eight.updates == one.updates == 124
+    for a, b in zip(one.params, eight.params):
+        assert torch.equal(a, b)
+    m1, m8 = one.collect_metrics(), eight.collect_metrics()
+    assert m1 == m8
+    assert _graph_launches(lambda: one.train(64)) == 64
+    launches = _graph_launches(lambda: eight.train(64))
+    assert launches < 64 // 4, launches  # mostly blocks of 8
+    for a, b in zip(one.params, eight.params):
+        assert torch.equal(a, b)

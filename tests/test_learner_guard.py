@@ -149,6 +149,9 @@ def test_settings_validation_names_the_field():
         LearnerSettings(divergence_policy="ignore")
     with pytest.raises(ValueError, match="replay_capacity"):
         LearnerSettings(replay_capacity=0)
+    for bad in (0, 1025, 2.0):
+        with pytest.raises(ValueError, match=r"updates_per_graph must be an int in \[1, 1024\]"):
+            LearnerSettings(updates_per_graph=bad)
     with pytest.raises(ValueError, match="lr must be a float"):
         LearnerSettings(lr=[[0, 1e-3], [100, 1e-4]])
     cfg = DQNConfig().learners(learner_config_dict={"zerosync": {"replay_capcity": 10}})

@@ -119,6 +119,9 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
             priority_eps=s.priority_eps, seed=(s.seed + rank) % 2**64, kernels=kernels,
         )
         self._targets = TargetUpdater(pairs=inner.get_target_network_pairs(), tau=s.tau)
+        if s.updates_per_graph > 1 and self.distributed:
+            raise ValueError("learner.updates_per_graph > 1 is not supported with num_learners > 1 (DDP); "
+                             f"got {s.updates_per_graph}, set it to 1")
         if s.compile and self.distributed:
             raise ValueError("learner.compile: torch.compile of the update is not supported with "
                              "num_learners > 1 (DDP); set compile: false")
@@ -343,16 +346,38 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
         if num_updates:
             self._weights_seq_no += 1  # the weights change, as in Learner.update()
         freq = self.settings.target_network_update_freq
+        block, bs = self.settings.updates_per_graph, self.settings.train_batch_size_per_learner
+        done = 0
         with self._matmul_precision():
-            for _ in range(num_updates):
-                if self._graphed is not None:
-                    self._graphed()
+            while done < num_updates:
+                if (block > 1 and self._graphed is not None and self._graphed.captured
+                        and num_updates - done >= block and self._block_fits(block)):
+                    self._graphed.block(block)  # `block` updates, one launch
+                    for _ in range(block):
+                        self._count_update(bs)
+                    done += block
                 else:
-                    self._device_update()
-                self._count_update(self.settings.train_batch_size_per_learner)
+                    if self._graphed is not None:
+                        self._graphed()
+                    else:
+                        self._device_update()
+                    self._count_update(bs)
+                    done += 1
                 if self._updates % freq == 0:
                     self._targets.update()
                     self._target_updates += 1
+
+    def _block_fits(self, n: int) -> bool:
+        """Whether the next ``n`` updates can run as one graph launch: no target-network update and
+        no collapse-warmup switch (host-issued after an update) is due after one of the first ``n - 1``."""
+        done, freq = self._updates, self.settings.target_network_update_freq
+        if (done // freq + 1) * freq < done + n:
+            return False
+        if not self._warm:
+            switch = -(-self.settings.collapse_warmup_transitions // self.settings.train_batch_size_per_learner)
+            if done < switch < done + n:
+                return False
+        return True
 
     def _matmul_precision(self):
         """TF32 matmuls for the update when ``learner.tf32`` is on (CUDA), else a no-op context."""

@@ -3,7 +3,9 @@
 ``GraphedUpdate(fn, ...)()`` runs ``fn`` eagerly on a side stream for the first ``warmup`` calls
 (lazy optimizer state, cuBLAS workspaces, allocator warm-up; these are real updates), then
 captures ``fn`` once with ``torch.cuda.graph`` and replays it on every later call (the capturing
-call replays right after capture, so every call is exactly one update). ``fn`` must read and write
+call replays right after capture, so every call is exactly one update). Once that graph exists,
+:meth:`GraphedUpdate.block` captures ``fn`` called ``n`` times in a row as a second graph (its own
+memory pool) and replays it: ``n`` updates in one launch. ``fn`` must read and write
 only static tensors (preallocated buffers, parameters, optimizer state) and do no host work that
 has to happen per update; host-side counters belong outside it.
 """
@@ -47,6 +49,7 @@ class GraphedUpdate:
         self._warmup_left = warmup
         self._side: Optional[torch.cuda.Stream] = stream
         self.capture_error_mode = capture_error_mode
+        self._blocks: dict = {}  # n -> graph of n updates
 
     @property
     def captured(self) -> bool:
@@ -56,6 +59,7 @@ class GraphedUpdate:
     def reset(self) -> None:
         """Drop the graph (buffers were replaced, e.g. after a state restore); warm up again."""
         self.graph = None
+        self._blocks = {}
         self._warmup_left = self.warmup
 
     def __call__(self) -> None:
@@ -78,4 +82,18 @@ class GraphedUpdate:
         with torch.cuda.graph(graph, stream=self._side, capture_error_mode=self.capture_error_mode):
             self.fn()
         self.graph = graph
+        graph.replay()
+
+    def block(self, n: int) -> None:
+        """``n`` updates in one launch: captured on first use (after the one-update graph), then replayed."""
+        if self.graph is None:
+            raise RuntimeError("GraphedUpdate.block: capture the one-update graph first (call it until captured)")
+        graph = self._blocks.get(n)
+        if graph is None:
+            self.before_capture()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=self._side, capture_error_mode=self.capture_error_mode):
+                for _ in range(n):
+                    self.fn()
+            self._blocks[n] = graph
         graph.replay()

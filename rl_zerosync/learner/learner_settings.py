@@ -66,6 +66,11 @@ class LearnerSettings:
     accumulation; ignored on CPU). Scoped to the update: the process's setting is left as it is."""
     graph_warmup: int = 3
     """Eager updates run on a side stream before the CUDA graph is captured (they count as updates)."""
+    updates_per_graph: int = 1
+    """Updates captured in one CUDA graph launch (> 1: a second graph of that many updates is captured
+    and ``train(K)`` replays it wherever no target-network update or collapse-warmup switch falls
+    inside the block, the one-update graph elsewhere, so the updates are the same bit for bit;
+    single learner only; ignored on CPU and with ``graph: false``)."""
     loss: str = "huber"
     """TD loss: "huber" (delta 1) or "mse"; defaults to the DQNConfig's ``td_error_loss_fn``."""
     loss_clip: float = 1e6
@@ -117,6 +122,7 @@ class LearnerSettings:
         _bool("compile", self.compile)
         _bool("tf32", self.tf32)
         _int("graph_warmup", self.graph_warmup, 1, 1000)
+        _int("updates_per_graph", self.updates_per_graph, 1, 1024)
         _choice("loss", self.loss, LOSSES)
         _float("loss_clip", self.loss_clip, lo=0.0, strict=True)
         _float("divergence_threshold", self.divergence_threshold, lo=0.0, strict=True)
