@@ -4,6 +4,8 @@ How to run (one GPU; Ray 2.60 installed)::
 
     python -m benchmarks.throughput             # configs/fast.yaml and configs/local.yaml, overlap off and on
     python -m benchmarks.throughput --quick     # CPU-sized smoke version (writes to a temp folder)
+    python -m benchmarks.throughput --configs configs/local.yaml \
+        --set algo.num_env_runners=1 algo.num_gpus_per_env_runner=1 --out X.json   # a remote runner
 
 For each config and each ``runner.overlap`` setting the run builds the algorithm from the YAML
 (``run.evaluate=false``, no validation passes: this measures training), runs ``--warmup``
@@ -13,7 +15,9 @@ env steps / wall seconds; reported as the median. Then the same runner samples a
 (``sample_device``, exploration on, no learner work) for ``--sampler-rollouts`` rollouts, each
 timed the same way: the median is the sampler's env steps/s at the same envs x T (a median, like
 the e2e side, so that a rollout that waits for the next fresh data series counts the same on both
-sides). ``fraction_of_sampler`` = e2e / sampler alone.
+sides). ``fraction_of_sampler`` = e2e / sampler alone. With remote env runners (``--set
+algo.num_env_runners=N``) the sampler alone is timed inside the first remote runner (its
+``sample_device``, the same way) and multiplied by the number of runners.
 
 The replay ratio actually trained is reported per run (updates x batch / env steps).
 JSON -> ``benchmarks/results/throughput.json``; ``summary``: ``e2e_env_steps_per_s`` (fast.yaml,
@@ -42,11 +46,25 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
+def _sampler_seconds(runner, rollouts: int) -> tuple:
+    """(envs, T, seconds of each of ``rollouts`` timed ``sample_device()`` calls) of one runner."""
+    runner.sample_device()
+    seconds = []
+    for _ in range(rollouts):
+        _sync()
+        t0 = time.perf_counter()
+        runner.sample_device()
+        _sync()
+        seconds.append(time.perf_counter() - t0)
+    return runner.num_envs, runner.num_steps, seconds
+
+
 def run_one(path: str, overlap: bool, args) -> dict:
     """Timed iterations of one config with one overlap setting, then the sampler alone."""
     from rl_zerosync.settings import load, to_rllib_config
 
-    overrides = ["run.evaluate=false", f"runner.overlap={str(overlap).lower()}"] + (QUICK if args.quick else [])
+    overrides = (["run.evaluate=false", f"runner.overlap={str(overlap).lower()}"] + (QUICK if args.quick else [])
+                 + list(args.set))
     settings = load(path, overrides)
     algo = to_rllib_config(settings).build_algo()
     try:
@@ -60,20 +78,18 @@ def run_one(path: str, overlap: bool, args) -> dict:
             rows.append({"seconds": seconds, "env_steps": steps, "updates": updates,
                          "phase_s": {k: float(v) for k, v in result.get("phase_s", {}).items()}})
         e2e = statistics.median(r["env_steps"] / r["seconds"] for r in rows)
-        runner = algo.env_runner
-        per = runner.num_envs * runner.num_steps
-        runner.sample_device()
-        seconds = []
-        for _ in range(args.sampler_rollouts):
-            _sync()
-            t0 = time.perf_counter()
-            runner.sample_device()
-            _sync()
-            seconds.append(time.perf_counter() - t0)
-        sampler = per / statistics.median(seconds)
+        remote = settings.algo.num_env_runners
+        if remote > 0:  # timed inside the first remote runner; every runner samples alike
+            envs, t_len, seconds = algo.env_runner_group.foreach_env_runner(
+                lambda r: _sampler_seconds(r, args.sampler_rollouts), remote_worker_ids=[1],
+                local_env_runner=False)[0]
+        else:
+            envs, t_len, seconds = _sampler_seconds(algo.env_runner, args.sampler_rollouts)
+        sampler = envs * t_len * max(1, remote) / statistics.median(seconds)
         batch = settings.algo.batch_size
         ratio = statistics.median(r["updates"] * batch / r["env_steps"] for r in rows)
-        return {"config": path, "overlap": overlap, "num_envs": runner.num_envs, "rollout_length": runner.num_steps,
+        return {"config": path, "overlap": overlap, "num_envs": envs, "rollout_length": t_len,
+                "num_env_runners": remote,
                 "batch_size": batch, "replay_ratio_trained": ratio,
                 "e2e_env_steps_per_s": e2e, "sampler_env_steps_per_s": sampler,
                 "fraction_of_sampler": e2e / sampler, "iterations": rows}
@@ -109,6 +125,8 @@ def main(argv: Optional[list] = None) -> dict:
     p.add_argument("--warmup", type=int, default=4)
     p.add_argument("--iterations", type=int, default=8)
     p.add_argument("--sampler-rollouts", type=int, default=10)
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="settings overrides applied to every config (e.g. algo.num_env_runners=1)")
     args = p.parse_args(argv)
     if args.quick:
         args.warmup, args.iterations, args.sampler_rollouts = 2, 2, 2
@@ -119,7 +137,7 @@ def main(argv: Optional[list] = None) -> dict:
     print_table(runs, cols, width=14, fmt=lambda v: f"{v:.4g}" if isinstance(v, float) else str(v))
     device = "cuda" if torch.cuda.is_available() else "cpu"
     result = result_header("throughput", device=device, config={
-        "configs": args.configs, "warmup": args.warmup, "iterations": args.iterations,
+        "configs": args.configs, "overrides": list(args.set), "warmup": args.warmup, "iterations": args.iterations,
         "sampler_rollouts": args.sampler_rollouts, "quick": args.quick,
         "e2e": "median over timed iterations of env steps / wall seconds (device synchronized around each)",
         "sampler": "median over rollouts of sample_device() alone on the same runner, exploration on"})
