@@ -19,7 +19,7 @@ from typing import Callable, Dict, Union
 
 import torch
 
-from rl_zerosync.kernels import adam, divergence, guard, norm, qstats, reference, route, sample, select, td_loss
+from rl_zerosync.kernels import adam, add, divergence, guard, norm, qstats, reference, route, sample, select, td_loss
 from rl_zerosync.kernels.compile import CudaSource, load_module
 
 Launcher = Callable[[], None]
@@ -56,6 +56,7 @@ KERNELS: Dict[str, KernelSpec] = {
     "branching_select": KernelSpec(select.branching_select, reference.branching_select,
                                    select.check_branching_select, select.SOURCE),
     "route": KernelSpec(route.route, reference.route, route.check_route, route.SOURCE),
+    "replay_add": KernelSpec(add.replay_add, reference.replay_add, add.check_replay_add, add.SOURCE),
     "grad_norm": KernelSpec(norm.grad_norm, reference.grad_norm, norm.check_grad_norm, norm.SOURCE),
     "adam_step": KernelSpec(adam.adam_step, reference.adam_step, adam.check_adam_step, adam.SOURCE),
     "replay_sample": KernelSpec(sample.replay_sample, reference.replay_sample, sample.check_replay_sample,

@@ -339,3 +339,101 @@ def replay_sample(
     torch.index_select(packed, 0, indices, out=out_packed)
     rng_step.add_(1)
     step_word.copy_(rng.hash32((rng_step & rng.MASK32) ^ seed_key))
+
+
+def _shift(x: torch.Tensor, j: int, fill) -> torch.Tensor:
+    """``x[t + j]`` along dim 0 with ``fill`` past the end (static shapes)."""
+    if j == 0:
+        return x
+    pad = torch.full((j,) + tuple(x.shape[1:]), fill, dtype=x.dtype, device=x.device)
+    return torch.cat([x[j:], pad], dim=0)
+
+
+def nstep_columns(
+    obs: torch.Tensor,
+    next_obs: torch.Tensor,
+    actions: torch.Tensor,
+    rewards: torch.Tensor,
+    terminateds: torch.Tensor,
+    truncateds: torch.Tensor,
+    return_scales: torch.Tensor,
+    discount_table: torch.Tensor,
+) -> dict:
+    """The n-step transitions of a ``[T, N, ...]`` rollout (``learner/nstep.py`` states the rule),
+    flattened time-major (``T * N`` rows): ``obs``, ``next_obs``, ``actions``, ``rewards`` (the
+    n-step return), ``discounts`` and ``terminateds``; ``n = len(return_scales)``
+    (:func:`rl_zerosync.kernels.add.nstep_tables`)."""
+    t_len, n_envs = rewards.shape
+    n_step = return_scales.shape[0]
+    done = terminateds | truncateds
+    ret = torch.zeros((t_len, n_envs), dtype=torch.float32, device=rewards.device)
+    k = torch.zeros((t_len, n_envs), dtype=torch.int64, device=rewards.device)
+    open_ = torch.ones((t_len, n_envs), dtype=torch.bool, device=rewards.device)
+    for j in range(min(n_step, t_len)):
+        valid = _shift(torch.ones_like(done), j, False)
+        active = open_ & valid
+        ret = ret + torch.where(active, _shift(rewards.to(torch.float32), j, 0.0) * return_scales[j], 0.0)
+        k = k + active.to(torch.int64)
+        open_ = active & ~_shift(done, j, True)
+    last = torch.arange(t_len, device=rewards.device).unsqueeze(1) + k - 1
+    env = torch.arange(n_envs, device=rewards.device).unsqueeze(0).expand(t_len, n_envs)
+    rows = t_len * n_envs
+    return {
+        "obs": obs.reshape((rows,) + tuple(obs.shape[2:])),
+        "next_obs": next_obs[last, env].reshape((rows,) + tuple(next_obs.shape[2:])),
+        "actions": actions.reshape(rows),
+        "rewards": ret.reshape(rows),
+        "discounts": discount_table[k].reshape(rows),
+        "terminateds": terminateds[last, env].reshape(rows),
+    }
+
+
+def replay_add(
+    obs: torch.Tensor,
+    next_obs: torch.Tensor,
+    actions: torch.Tensor,
+    rewards: torch.Tensor,
+    terminateds: torch.Tensor,
+    truncateds: torch.Tensor,
+    packed: torch.Tensor,
+    return_scales: torch.Tensor,
+    discount_table: torch.Tensor,
+    priorities: Optional[torch.Tensor],
+    max_priority: torch.Tensor,
+    *,
+    start: int,
+    first_row: int,
+    obs_at: int,
+    next_obs_at: int,
+    actions_at: int,
+    rewards_at: int,
+    discounts_at: int,
+    terminateds_at: int,
+) -> None:
+    """Twin of ``zs_replay_add`` (``add.cu``): :func:`nstep_columns`, then transition ``r >= first_row``
+    into packed row ``(start + r - first_row) % C`` (two slices at the wrap), column by column."""
+    trans = nstep_columns(obs, next_obs, actions, rewards, terminateds, truncateds, return_scales, discount_table)
+    capacity = packed.shape[0]
+    rows = rewards.numel()
+    d = obs[0, 0].numel()
+
+    def word(at: int) -> torch.Tensor:
+        return packed[:, at:at + 1]
+
+    views = {
+        "obs": packed[:, obs_at:obs_at + d].view(torch.float32),
+        "next_obs": packed[:, next_obs_at:next_obs_at + d].view(torch.float32),
+        "actions": packed[:, actions_at:actions_at + 2].view(torch.int64)[:, 0],
+        "rewards": word(rewards_at).view(torch.float32)[:, 0],
+        "discounts": word(discounts_at).view(torch.float32)[:, 0],
+        "terminateds": word(terminateds_at).view(torch.uint8)[:, 0].view(torch.bool),
+    }
+    first = min(rows - first_row, capacity - start)
+    for dst, lo, hi in ((start, first_row, first_row + first), (0, first_row + first, rows)):
+        if hi <= lo:
+            continue
+        for key, view in views.items():
+            src = trans[key][lo:hi]
+            view[dst:dst + hi - lo].copy_(src.reshape(hi - lo, -1) if key in ("obs", "next_obs") else src)
+        if priorities is not None:
+            priorities[dst:dst + hi - lo].copy_(max_priority.expand(hi - lo))

@@ -16,15 +16,10 @@ from typing import Dict
 
 import torch
 
+from rl_zerosync.kernels.add import nstep_tables
+from rl_zerosync.kernels.reference import nstep_columns
+
 __all__ = ["nstep_transitions"]
-
-
-def _shift(x: torch.Tensor, j: int, fill) -> torch.Tensor:
-    """``x[t + j]`` along dim 0 with ``fill`` past the end (static shapes)."""
-    if j == 0:
-        return x
-    pad = torch.full((j,) + tuple(x.shape[1:]), fill, dtype=x.dtype, device=x.device)
-    return torch.cat([x[j:], pad], dim=0)
 
 
 def nstep_transitions(
@@ -41,27 +36,9 @@ def nstep_transitions(
     """Flattened (time-major, ``T * N`` rows) n-step transitions of a ``[T, N, ...]`` rollout.
 
     Returns ``obs``, ``next_obs``, ``actions``, ``rewards`` (the n-step return), ``discounts``
-    (``gamma**k``, float32) and ``terminateds`` (bool), all on the input device.
+    (``gamma**k``, float32) and ``terminateds`` (bool), all on the input device. The torch ops are
+    ``rl_zerosync.kernels.reference.nstep_columns`` (the twin of the ``replay_add`` kernel, which
+    writes the same transitions straight into the replay's rows).
     """
-    t_len, n_envs = rewards.shape
-    done = terminateds | truncateds
-    ret = torch.zeros((t_len, n_envs), dtype=torch.float32, device=rewards.device)
-    k = torch.zeros((t_len, n_envs), dtype=torch.int64, device=rewards.device)
-    open_ = torch.ones((t_len, n_envs), dtype=torch.bool, device=rewards.device)
-    for j in range(min(n_step, t_len)):
-        valid = _shift(torch.ones_like(done), j, False)
-        active = open_ & valid
-        ret = ret + torch.where(active, _shift(rewards.to(torch.float32), j, 0.0) * (gamma**j), 0.0)
-        k = k + active.to(torch.int64)
-        open_ = active & ~_shift(done, j, True)
-    last = torch.arange(t_len, device=rewards.device).unsqueeze(1) + k - 1
-    env = torch.arange(n_envs, device=rewards.device).unsqueeze(0).expand(t_len, n_envs)
-    rows = t_len * n_envs
-    return {
-        "obs": obs.reshape((rows,) + tuple(obs.shape[2:])),
-        "next_obs": next_obs[last, env].reshape((rows,) + tuple(next_obs.shape[2:])),
-        "actions": actions.reshape(rows),
-        "rewards": ret.reshape(rows),
-        "discounts": torch.pow(torch.full_like(ret, gamma), k.to(torch.float32)).reshape(rows),
-        "terminateds": terminateds[last, env].reshape(rows),
-    }
+    scales, discounts = nstep_tables(gamma, n_step, rewards.device)
+    return nstep_columns(obs, next_obs, actions, rewards, terminateds, truncateds, scales, discounts)

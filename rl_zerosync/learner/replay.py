@@ -4,7 +4,8 @@
   on any device). Host tensors travel in **one** host->device copy through a pinned staging buffer;
   tensors already on the device are used as they are. n-step transitions are computed on the device
   (:mod:`rl_zerosync.learner.nstep`) and written at the host-known write pointer (wraparound by two
-  slices). Every stored row is one transition: ``obs, next_obs, actions, rewards`` (n-step return),
+  slices); built with ``kernels``, one ``replay_add`` launch computes and writes them straight into
+  the packed rows (no intermediate tensors). Every stored row is one transition: ``obs, next_obs, actions, rewards`` (n-step return),
   ``discounts`` (``gamma**k``), ``terminateds``.
 * Storage layout: all stored columns of a row live in one packed int32 row of
   :attr:`DeviceReplayBuffer.row_words` words (``obs``, ``next_obs`` (16-byte aligned), ``actions``
@@ -46,6 +47,7 @@ import torch
 
 from ray.rllib.core.columns import Columns
 
+from rl_zerosync.kernels.add import nstep_tables
 from rl_zerosync.kernels.rng import MASK32, STREAM_USER_BASE, combine, hash32, seed_key
 from rl_zerosync.learner.nstep import nstep_transitions
 
@@ -163,8 +165,9 @@ class DeviceReplayBuffer:
         prioritized: Proportional prioritized replay instead of uniform.
         alpha, beta, priority_eps: Prioritized-replay exponents and epsilon.
         seed: Seed of the counter-based sampling RNG.
-        kernels: The kernels of ``device`` (``get_kernels(device)``); uniform sampling into packed
-            sample buffers is then one ``replay_sample`` launch. None (or prioritized replay): torch ops.
+        kernels: The kernels of ``device`` (``get_kernels(device)``): ``add`` is then one
+            ``replay_add`` launch, and uniform sampling into packed sample buffers one
+            ``replay_sample`` launch (prioritized sampling stays torch ops). None: torch ops.
     """
 
     def __init__(
@@ -216,6 +219,8 @@ class DeviceReplayBuffer:
         if kernels is not None and kernels.device != dev:
             raise ValueError(f"kernels must be for the replay's device {dev}, got {kernels.device}")
         self._sample_kernels: Optional[Kernels] = None if self.prioritized else kernels
+        self._kernels: Optional[Kernels] = kernels
+        self._nstep_tables = nstep_tables(self.gamma, self.n_step, dev)  # replay_add's float32 factors
         self._blocks_done = torch.zeros(1, dtype=torch.int32, device=dev)  # replay_sample's counter, 0 between draws
         self._sample_launchers: Dict[int, Tuple[weakref.ref, Launcher]] = {}
         self.size = 0
@@ -252,19 +257,34 @@ class DeviceReplayBuffer:
         t_len, n_envs = cols["rewards"].shape
         if any(t.device != self.device for t in cols.values()):
             cols = self._to_device(cols)
-        trans = nstep_transitions(gamma=self.gamma, n_step=self.n_step, **cols)
         rows = t_len * n_envs
         lo = max(0, rows - self.capacity)  # more rows than capacity: keep the newest
         start = (self.ptr + lo) % self.capacity
-        first = min(rows - lo, self.capacity - start)
-        self._write(start, trans, lo, lo + first)
-        if lo + first < rows:
-            self._write(0, trans, lo + first, rows)
+        if self._kernels is not None:
+            self._add_kernel(cols, start, lo)
+        else:
+            trans = nstep_transitions(gamma=self.gamma, n_step=self.n_step, **cols)
+            first = min(rows - lo, self.capacity - start)
+            self._write(start, trans, lo, lo + first)
+            if lo + first < rows:
+                self._write(0, trans, lo + first, rows)
         self.ptr = (self.ptr + rows) % self.capacity
         self.size = min(self.capacity, self.size + rows)
         self.num_added += rows
         self._size_t.fill_(self.size)
         return rows
+
+    def _add_kernel(self, cols: Dict[str, torch.Tensor], start: int, first_row: int) -> None:
+        """One ``replay_add`` launch: the n-step transitions straight into the packed rows (validated per add)."""
+        t_len, n_envs = cols["rewards"].shape
+        flat = {k: cols[k].reshape(t_len, n_envs, -1).contiguous() for k in ("obs", "next_obs")}
+        lay = self._layout
+        self._kernels.bind_replay_add(
+            flat["obs"], flat["next_obs"], *(cols[k].contiguous() for k in ("actions", "rewards", "terminateds",
+                                                                             "truncateds")),
+            self._packed, *self._nstep_tables, self.priorities, self.max_priority, start=start, first_row=first_row,
+            obs_at=lay.obs, next_obs_at=lay.next_obs, actions_at=lay.actions, rewards_at=lay.rewards,
+            discounts_at=lay.discounts, terminateds_at=lay.terminateds)()
 
     def _validate(self, rollout: Mapping[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
         if not isinstance(rollout, Mapping):
