@@ -218,7 +218,6 @@ class DeviceReplayBuffer:
         self._size_t = torch.zeros(1, dtype=torch.int64, device=dev)
         if kernels is not None and kernels.device != dev:
             raise ValueError(f"kernels must be for the replay's device {dev}, got {kernels.device}")
-        self._sample_kernels: Optional[Kernels] = None if self.prioritized else kernels
         self._kernels: Optional[Kernels] = kernels
         self._nstep_tables = nstep_tables(self.gamma, self.n_step, dev)  # replay_add's float32 factors
         self._blocks_done = torch.zeros(1, dtype=torch.int32, device=dev)  # replay_sample's counter, 0 between draws
@@ -240,7 +239,7 @@ class DeviceReplayBuffer:
         """True when :meth:`sample_into` draws a uniform batch into packed sample buffers with one
         ``replay_sample`` launch of the ``kernels`` given (a CuPy launch on the CUDA backend: not for
         ``torch.compile``); False for the torch ops (no ``kernels``, or prioritized replay)."""
-        return self._sample_kernels is not None
+        return self._kernels is not None and not self.prioritized
 
     def __len__(self) -> int:
         return self.size
@@ -395,7 +394,7 @@ class DeviceReplayBuffer:
         entry = launchers.get(key)
         if entry is not None and entry[0]() is out:
             return entry[1]
-        launch = self._sample_kernels.bind_replay_sample(
+        launch = self._kernels.bind_replay_sample(
             self._packed, self._size_t, out.row_keys, self._step_word, self.rng_step, out.indices, out.packed,
             self._blocks_done, seed_key=self._seed_key)
 
@@ -410,7 +409,7 @@ class DeviceReplayBuffer:
         """Draw ``len(out.indices)`` transitions into ``out`` on the device; advances the RNG step."""
         b = out.indices.shape[0]
         packed = out.packed is not None and out.packed.shape == (b, self.row_words)
-        if packed and self._sample_kernels is not None:
+        if packed and self.sample_kernel:
             self._sample_launcher(out)()
             return
         bits = self._draw_bits(out)
