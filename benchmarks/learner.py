@@ -13,7 +13,10 @@ grad clip 40, double DQN, Huber):
   *not* timed (stock's best case).
 * ``ours_eager``: ``ZeroSyncDQNTorchLearner.train(K)`` with ``graph: false`` (device replay
   sampling, guard, the adam_step optimizer kernel, Q stats, priorities-free uniform replay).
-* ``ours_graph``: the same, captured once in a CUDA graph and replayed (the default learner).
+* ``ours_graph``: the same, captured once in a CUDA graph and replayed (the default learner; the Q
+  network's forward and backward run as the ``linear_forward`` / ``linear_backward`` kernels).
+* ``ours_graph_torch_mlp``: ``ours_graph`` with ``learner.mlp_kernel = False``: torch's forward and
+  autograd's backward (cuBLAS GEMMs), the default before the linear kernels.
 * ``ours_graph_x8``: ``learner.updates_per_graph: 8``: blocks of 8 updates per graph launch.
 * ``ours_compiled``: ``learner.compile: true`` (torch.compile of the update's torch ops, inside the
   graph). ``ours_compiled_tf32``: plus ``learner.tf32: true`` (the learner of ``configs/fast.yaml``).
@@ -151,11 +154,14 @@ def bench_stock(batch: int, args, device: torch.device) -> Dict[str, float]:
     return {"median_us": us, "syncs_per_update": syncs}
 
 
-def bench_ours(batch: int, graph: bool, args, device: torch.device, **zerosync) -> Dict[str, float]:
+def bench_ours(batch: int, graph: bool, args, device: torch.device, mlp_kernel: Optional[bool] = None,
+               **zerosync) -> Dict[str, float]:
     cuda = device.type == "cuda"
     cfg = make_config(batch=batch, hidden=args.hidden, cuda=cuda, learner_class=ZeroSyncDQNTorchLearner,
                       zerosync={"replay_capacity": args.capacity, "graph": graph, **zerosync})
     learner = cfg.build_learner(spaces=spaces())
+    if mlp_kernel is not None:
+        learner.mlp_kernel = mlp_kernel
     learner.replay.add(random_rollout(max(1, args.capacity // 1000), 1000, device))
 
     def run_k() -> None:
@@ -172,7 +178,7 @@ def bench_ours(batch: int, graph: bool, args, device: torch.device, **zerosync) 
         host_us = (time.perf_counter() - t0) * 1e6 / args.k
         torch.cuda.synchronize()
     metrics = learner.collect_metrics()  # the per-iteration boundary read, outside the timing
-    return {"median_us": us, "syncs_per_update": syncs, "skipped": metrics["skipped"],
+    return {"median_us": us, "syncs_per_update": syncs, "skipped": metrics["skipped"], "mlp_kernel": learner.mlp_kernel,
             "captured": learner.graph_captured, "kernels_per_update": kernels, "host_enqueue_us": host_us}
 
 
@@ -198,11 +204,12 @@ def main(argv: Optional[List[str]] = None) -> Dict:
         eager = bench_ours(b, False, args, device)
         cuda = device.type == "cuda"
         graphed = bench_ours(b, True, args, device) if cuda else None
+        torch_mlp = bench_ours(b, True, args, device, mlp_kernel=False) if cuda else None
         blocks = bench_ours(b, True, args, device, updates_per_graph=8) if cuda else None
         compiled = bench_ours(b, True, args, device, compile=True) if cuda else None
         fast = bench_ours(b, True, args, device, compile=True, tf32=True) if cuda else None
         for name, r in (("stock", stock), ("ours_eager", eager), ("ours_graph", graphed),
-                        ("ours_graph_x8", blocks), ("ours_compiled", compiled), ("ours_compiled_tf32", fast)):
+                        ("ours_graph_torch_mlp", torch_mlp), ("ours_graph_x8", blocks), ("ours_compiled", compiled), ("ours_compiled_tf32", fast)):
             if r is None:
                 continue
             rows.append({"variant": name, "batch_size": b, **r, "updates_per_s": 1e6 / r["median_us"],
@@ -228,6 +235,8 @@ def main(argv: Optional[List[str]] = None) -> Dict:
         "kernels_per_update_fast": pick("ours_compiled_tf32", 512, "kernels_per_update"),
         "us_per_update_b512_fast": pick("ours_compiled_tf32", 512, "median_us"),
         "speedup_vs_stock_b256_fast": pick("ours_compiled_tf32", 256, "speedup_vs_stock"),
+        "kernels_per_update_torch_mlp": pick("ours_graph_torch_mlp", 512, "kernels_per_update"),
+        "us_per_update_b512_torch_mlp": pick("ours_graph_torch_mlp", 512, "median_us"),
     }
     summary["targets_met"] = (
         summary["syncs_per_update"] == 0

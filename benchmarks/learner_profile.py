@@ -3,8 +3,10 @@
 How to run (one GPU):
     python -m benchmarks.learner_profile
 
-Builds the learner of ``benchmarks/learner.py`` (obs 32 -> 2x256 -> 45 Q-values, batch 512) three
-ways: the default CUDA graph, ``learner.compile``, and ``learner.compile`` + ``learner.tf32``.
+Builds the learner of ``benchmarks/learner.py`` (obs 32 -> 2x256 -> 45 Q-values, batch 512) four
+ways: the default CUDA graph (the Q network's forward and backward as the linear kernels), the same
+with ``learner.mlp_kernel = False`` (torch's forward and autograd, cuBLAS GEMMs), ``learner.compile``,
+and ``learner.compile`` + ``learner.tf32``.
 For each, after 30 warm updates, the torch profiler records 20 updates; every device activity
 (kernel, memcpy, memset; CUDA-graph nodes included) is grouped by name with its count and
 microseconds per update. ``wall_us_per_update`` is CUDA-event time over 200 more updates. A
@@ -23,16 +25,22 @@ from benchmarks.learner import make_config, random_rollout, spaces
 from rl_zerosync.learner import ZeroSyncDQNTorchLearner
 
 BATCH = 512
-VARIANTS = {"graph": {}, "graph_compile": {"compile": True}, "graph_compile_tf32": {"compile": True, "tf32": True}}
+VARIANTS = {"graph": {}, "graph_torch_mlp": {"mlp_kernel": False}, "graph_compile": {"compile": True},
+            "graph_compile_tf32": {"compile": True, "tf32": True}}
+"""Per variant: learner settings, plus ``mlp_kernel`` (the learner property, set after the build)."""
 
 
 def profile_variant(zerosync: Dict, *, profiled: int = 20, timed: int = 200) -> Dict:
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
+    zerosync = dict(zerosync)
+    mlp_kernel = zerosync.pop("mlp_kernel", None)
     cfg = make_config(batch=BATCH, hidden=[256, 256], cuda=True, learner_class=ZeroSyncDQNTorchLearner,
                       zerosync={"replay_capacity": 100_000, **zerosync})
     learner = cfg.build_learner(spaces=spaces())
+    if mlp_kernel is not None:
+        learner.mlp_kernel = mlp_kernel
     learner.replay.add(random_rollout(100, 1000, learner.device))
     learner.train(30)
     learner.collect_metrics()
@@ -53,7 +61,7 @@ def profile_variant(zerosync: Dict, *, profiled: int = 20, timed: int = 200) -> 
     end.record()
     torch.cuda.synchronize()
     learner.collect_metrics()
-    return {"ops_per_update": sum(r["per_update"] for r in rows),
+    return {"mlp_kernel": learner.mlp_kernel, "ops_per_update": sum(r["per_update"] for r in rows),
             "kernel_us_per_update": sum(r["us_per_update"] for r in rows),
             "wall_us_per_update": start.elapsed_time(end) * 1000.0 / timed, "kernels": rows}
 

@@ -204,8 +204,10 @@ def test_td_loss_update_equals_the_torch_loss_update(mode, monkeypatch):
     gives the torch-loss path's update bit for bit on the CPU twins."""
     fused, plain = build_learner(mode=mode), build_learner(mode=mode)
     plain.module.set_state(fused.module.get_state())
-    assert fused.td_kernel
+    assert fused.td_kernel and fused.mlp_kernel
+    fused.mlp_kernel = False  # torch's forward and autograd's backward from dL/dQ
     plain.td_kernel = False
+    assert not plain.mlp_kernel
     n = 5 if mode == "routed" else 45
     for learner in (fused, plain):
         learner.replay.add(rollout(n_actions=n))
@@ -222,3 +224,41 @@ def test_td_loss_update_equals_the_torch_loss_update(mode, monkeypatch):
     mf, mp = fused.collect_metrics(), plain.collect_metrics()
     for key in ("loss_mean", "grad_norm_mean", "q_mean", "q_max", "q_min"):
         assert mf[key] == mp[key], key
+
+
+@pytest.mark.parametrize("mode", ["flat", "routed"])
+def test_linear_kernels_update_matches_autograd(mode):
+    """The linear kernels' forward and backward (torch twins on CPU) give autograd's update: the raw
+    gradients of the first update in .grad (flat slots), parameters and guard metrics after a few
+    updates, to float32 rounding (the twins sum the bias gradient over B rows, autograd over 2B)."""
+    kern, auto = build_learner(mode=mode), build_learner(mode=mode)
+    auto.module.set_state(kern.module.get_state())
+    auto.mlp_kernel = False
+    assert kern.mlp_kernel and not auto.mlp_kernel
+    n = 5 if mode == "routed" else 45
+    for learner in (kern, auto):
+        learner.replay.add(rollout(n_actions=n))
+        learner.train(1)
+    for a, b in zip(kern.params, auto.params):
+        assert a.grad is not None and b.grad is not None
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-7)
+    assert any(float(p.grad.abs().max()) > 0 for p in kern.params)
+    for learner in (kern, auto):
+        learner.train(4)
+    for a, b in zip(kern.params, auto.params):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    mk, ma = kern.collect_metrics(), auto.collect_metrics()
+    for key in ("loss_mean", "grad_norm_mean", "q_mean", "q_max", "q_min"):
+        assert mk[key] == pytest.approx(ma[key], rel=1e-5, abs=1e-7), key
+
+
+def test_linear_kernels_refuse_what_they_do_not_cover():
+    dueling = build_learner(mode="flat")
+    with pytest.raises(ValueError, match="td_kernel is off"):
+        dueling.td_kernel = False
+        dueling.mlp_kernel = True
+    for zs, match in (({"compile": True}, "learner.compile"), ({"tf32": True}, "learner.tf32")):
+        learner = build_learner(mode="flat", **zs)
+        assert not learner.mlp_kernel
+        with pytest.raises(ValueError, match=match):
+            learner.mlp_kernel = True

@@ -19,7 +19,8 @@ from typing import Callable, Dict, Union
 
 import torch
 
-from rl_zerosync.kernels import adam, add, divergence, guard, norm, qstats, reference, route, sample, select, td_loss
+from rl_zerosync.kernels import (adam, add, divergence, guard, linear, norm, qstats, reference, route, sample, select,
+                                 td_loss)
 from rl_zerosync.kernels.compile import CudaSource, load_module
 
 Launcher = Callable[[], None]
@@ -59,6 +60,10 @@ KERNELS: Dict[str, KernelSpec] = {
     "replay_add": KernelSpec(add.replay_add, reference.replay_add, add.check_replay_add, add.SOURCE),
     "grad_norm": KernelSpec(norm.grad_norm, reference.grad_norm, norm.check_grad_norm, norm.SOURCE),
     "adam_step": KernelSpec(adam.adam_step, reference.adam_step, adam.check_adam_step, adam.SOURCE),
+    "linear_forward": KernelSpec(linear.linear_forward, reference.linear_forward, linear.check_linear_forward,
+                                 linear.SOURCE),
+    "linear_backward": KernelSpec(linear.linear_backward, reference.linear_backward, linear.check_linear_backward,
+                                  linear.SOURCE),
     "replay_sample": KernelSpec(sample.replay_sample, reference.replay_sample, sample.check_replay_sample,
                                 sample.SOURCE),
 }

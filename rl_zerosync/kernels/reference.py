@@ -11,7 +11,7 @@ NaN); otherwise the first maximum (ties go to the lowest index).
 """
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Optional, Sequence, Union
 
 import torch
 import torch.nn.functional as F
@@ -189,6 +189,29 @@ def grad_norm(x: torch.Tensor, row_norms: torch.Tensor, out: torch.Tensor, block
     del blocks_done
     torch.linalg.vector_norm(x.view(-1, NORM_CHUNK), dim=1, out=row_norms)
     torch.linalg.vector_norm(row_norms, dim=0, keepdim=True, out=out)
+
+
+def linear_forward(jobs: Sequence[Sequence[torch.Tensor]], scratch: torch.Tensor, counters: torch.Tensor, *,
+                   relu: bool) -> None:
+    """Twin of ``zs_linear_forward`` (``linear.cu``): ``y = relu?(x @ w.T + b)`` per job (``torch.addmm``
+    and ``torch.relu``); ``scratch`` and ``counters`` are unused."""
+    del scratch, counters
+    for x, w, b, y in jobs:
+        v = torch.addmm(b, x, w.t())
+        y.copy_(torch.relu(v) if relu else v)
+
+
+def linear_backward(dz: torch.Tensor, x: torch.Tensor, w: torch.Tensor, dw: torch.Tensor, db: torch.Tensor,
+                    dx: Optional[torch.Tensor], scratch: torch.Tensor, counters: torch.Tensor) -> None:
+    """Twin of ``zs_linear_backward`` (``linear.cu``): the Linear layer's backward as autograd writes it
+    (``dw = dz.T @ x``, ``db = dz.sum(0)``) and, unless ``dx`` is None, ReLU's backward of the layer
+    below (``dx = where(x > 0, dz @ w, 0)``, ``x`` being that ReLU's output); ``scratch`` and
+    ``counters`` are unused."""
+    del scratch, counters
+    torch.mm(dz.t(), x, out=dw)
+    torch.sum(dz, dim=0, out=db)
+    if dx is not None:
+        dx.copy_(torch.where(x > 0, torch.mm(dz, w), 0.0))
 
 
 def divergence(

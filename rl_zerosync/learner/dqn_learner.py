@@ -56,6 +56,7 @@ from rl_zerosync.kernels.td_loss import td_loss_scratch_numel
 from rl_zerosync.learner.flat_adam import FlatAdam
 from rl_zerosync.learner.graph import GraphedUpdate
 from rl_zerosync.learner.learner_settings import LearnerSettings
+from rl_zerosync.learner.mlp import MLPKernels, mlp_kernel_blocker
 from rl_zerosync.learner.update_parts import UpdateParts, tf32_matmuls
 from rl_zerosync.learner.replay import DISCOUNTS, WEIGHTS, DeviceReplayBuffer, ReplaySample
 from rl_zerosync.learner.targets import TargetUpdater
@@ -136,6 +137,9 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
         # Routed / flat updates from the device replay: loss, dL/dQ, |TD| and Q stats in one td_loss launch.
         self._fused_td = not self._branching
         self._td: Optional[Dict[str, Optional[torch.Tensor]]] = None
+        # ... and, for a plain Linear/ReLU network, its forward and backward as linear kernels.
+        self._fused_mlp = self._fused_td and self._mlp_blocker() is None
+        self._mlp: Optional[MLPKernels] = None
         self.use_graph = bool(s.graph and self._device.type == "cuda")
         # DDP rebuilds its gradient buckets during the first iterations: capture after they settled.
         warmup = max(s.graph_warmup, DDP_GRAPH_WARMUP) if self.distributed else s.graph_warmup
@@ -193,10 +197,45 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
         if bool(on) and self._branching:
             raise ValueError("td_kernel: the td_loss kernel covers routed / flat modules, not branching")
         self._fused_td = bool(on)
+        if not self._fused_td:
+            self._fused_mlp, self._mlp = False, None
         if self._fused_td and self._sample is not None and self._td is None:
             self._bind_td(self.settings.train_batch_size_per_learner, self.settings.prioritized)
         if self._graphed is not None:
             self._graphed.reset()
+
+    @property
+    def mlp_kernel(self) -> bool:
+        """Whether those ``td_loss`` updates run the Q network's forward and backward as
+        ``linear_forward`` / ``linear_backward`` launches (:mod:`rl_zerosync.learner.mlp`): the default
+        where the module is a plain Linear/ReLU stack (no dueling, LayerNorm or dropout), on one learner,
+        with ``learner.compile`` and ``learner.tf32`` off. False: torch's forward and autograd.
+        Settable (comparisons and debugging); turning ``td_kernel`` off turns it off; a captured graph
+        is dropped."""
+        return self._fused_mlp
+
+    @mlp_kernel.setter
+    def mlp_kernel(self, on: bool) -> None:
+        if bool(on):
+            reason = "td_kernel is off" if not self._fused_td else self._mlp_blocker()
+            if reason is not None:
+                raise ValueError(f"mlp_kernel: the linear kernels cannot run this update: {reason}")
+        self._fused_mlp = bool(on)
+        self._mlp = None
+        if self._fused_mlp and self._sample is not None:
+            self._bind_mlp()
+        if self._graphed is not None:
+            self._graphed.reset()
+
+    def _mlp_blocker(self) -> Optional[str]:
+        """Why the linear kernels cannot run this learner's update, or None."""
+        if self.distributed:
+            return "num_learners > 1 (DDP all-reduces the gradients inside autograd's backward)"
+        if self.settings.compile:
+            return "learner.compile is on (torch.compile of torch's forward and backward)"
+        if self.settings.tf32:
+            return "learner.tf32 is on (the kernels compute in float32)"
+        return mlp_kernel_blocker(self.module[self._mid].unwrapped())
 
     @property
     def device(self) -> torch.device:
@@ -235,8 +274,9 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
         self.register_optimizer(module_id=module_id, optimizer=optimizer, params=params)
 
     def _before_capture(self) -> None:
-        # Backward allocates the gradients from the graph's pool.
-        self._optimizer.zero_grad(set_to_none=True)
+        # Backward allocates the gradients from the graph's pool (the linear kernels write into flat slots).
+        if self._mlp is None:
+            self._optimizer.zero_grad(set_to_none=True)
 
     # ---- the update --------------------------------------------------------------------------
     def _bind_td(self, batch_size: int, prioritized: bool) -> None:
@@ -254,12 +294,26 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
         }
         self._td_checked = False
 
+    def _bind_mlp(self) -> None:
+        """The linear kernels' static buffers for the static batch; ``td_loss`` writes dL/dQ into theirs."""
+        self._mlp = MLPKernels(module=self.module[self._mid].unwrapped(), kernels=self._kernels, flat=self._flat,
+                               obs=self._batch[Columns.OBS], next_obs=self._batch[Columns.NEXT_OBS],
+                               double_q=self.settings.double_q)
+        self._td["dq"] = self._mlp.dq
+        self._td_checked = False
+        # Each parameter's .grad is its flat slot: the raw gradient of the last update, as with autograd.
+        for p in self._params:
+            p.grad = self._flat.grad_slot(p)
+
     def _td_loss(self, batch: Dict[str, torch.Tensor]) -> torch.Tensor:
         """Forward, then one ``td_loss`` launch: loss into the guard's buffer, dL/dQ into ``dq``, |TD|,
         Q stats into the guard's ``qstats_out``. Returns the online Q of the batch (it carries the graph)."""
-        fwd = self._parts.forward(batch)
-        q, q_target = fwd[QF_PREDS], fwd[QF_TARGET_NEXT_PREDS]
-        q_select = fwd[QF_NEXT_PREDS] if self.settings.double_q else q_target
+        if self._mlp is not None:
+            q, q_select, q_target = self._mlp.forward()
+        else:
+            fwd = self._parts.forward(batch)
+            q, q_target = fwd[QF_PREDS], fwd[QF_TARGET_NEXT_PREDS]
+            q_select = fwd[QF_NEXT_PREDS] if self.settings.double_q else q_target
         td = self._td
         args = (q.detach(), q_select, q_target, batch[Columns.ACTIONS], batch[Columns.REWARDS], batch[DISCOUNTS],
                 batch[Columns.TERMINATEDS], batch.get(WEIGHTS), td["dq"], self.guard.loss, td["td_abs"],
@@ -297,17 +351,23 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
         ``fused``: the batch is the replay's static batch of a routed / flat module: the loss and its
         gradient with respect to Q come from the ``td_loss`` kernel, and backward starts from Q.
         """
-        self._optimizer.zero_grad(set_to_none=True)
+        mlp = self._mlp if fused else None
+        if mlp is None:
+            self._optimizer.zero_grad(set_to_none=True)
         if fused:
             q_graph = self._td_loss(batch)
             loss, td_abs, q = self.guard.loss, self._td["td_abs"], None
-            self._backward_from_q(q_graph)
+            if mlp is not None:
+                mlp.backward()  # the gradients straight into their flat slots
+            else:
+                self._backward_from_q(q_graph)
         else:
             loss, td_abs, q = self._parts.loss(batch, need_td_abs)
             if self._grad_seed is None or self._grad_seed.device != loss.device:
                 self._grad_seed = torch.ones((), dtype=loss.dtype, device=loss.device)
             loss.backward(self._grad_seed)  # the static 1.0 seed: no fill kernel per backward
-        self._flat.gather_grads()
+        if mlp is None:
+            self._flat.gather_grads()
         # Written straight into the guard's static buffer (no copy in check()).
         self._flat.grad_norm_into(self.guard.grad_norm)
         self.guard.check(loss, self.guard.grad_norm)
@@ -343,6 +403,8 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
             self.guard.bind_q(self.settings.train_batch_size_per_learner, self._num_q)
             if self._fused_td:
                 self._bind_td(self.settings.train_batch_size_per_learner, self.settings.prioritized)
+            if self._fused_mlp:
+                self._bind_mlp()
         if num_updates:
             self._weights_seq_no += 1  # the weights change, as in Learner.update()
         freq = self.settings.target_network_update_freq
@@ -461,5 +523,7 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
         # RLlib replaced the optimizer's state tensors: back into the flat buffers the kernel and
         # any captured graph use (the graph is re-captured anyway: the batch buffers may change).
         self._flat.absorb_state()
+        if self._mlp is not None:
+            self._bind_mlp()  # fresh buffers bound to the restored parameters
         if self._graphed is not None:
             self._graphed.reset()

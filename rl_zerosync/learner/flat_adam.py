@@ -172,6 +172,14 @@ class FlatAdam:
                 parts.append(pad)
         torch.cat(parts, out=self.flat_grads)
 
+    def grad_slot(self, param: torch.nn.Parameter) -> torch.Tensor:
+        """The view of :attr:`flat_grads` that holds ``param``'s gradient (shape of ``param``), for a
+        backward that writes gradients in place of :meth:`gather_grads`."""
+        for p, sl in zip(self.params, self._slices):
+            if p is param:
+                return self.flat_grads[sl].view(p.shape)
+        raise ValueError(f"grad_slot: a parameter of shape {list(param.shape)} is not one of this optimizer's")
+
     def grad_norm_into(self, out: torch.Tensor) -> None:
         """``out[0] = ||flat_grads||_2`` (one ``grad_norm`` launch; bound once per ``out`` buffer)."""
         if self._norm is None or self._norm[0] is not out:
