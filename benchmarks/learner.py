@@ -62,12 +62,13 @@ NUM_ACTIONS = 45
 MID = "default_policy"
 
 
-def make_config(*, batch: int, hidden: List[int], cuda: bool, learner_class=None, zerosync=None) -> DQNConfig:
+def make_config(*, batch: int, hidden: List[int], cuda: bool, learner_class=None, zerosync=None,
+                layernorm: bool = False) -> DQNConfig:
     cfg = (
         DQNConfig()
         .training(lr=1e-4, gamma=0.99, n_step=1, grad_clip=40.0, train_batch_size_per_learner=batch,
                   target_network_update_freq=500)
-        .rl_module(rl_module_spec=make_module_spec(action_mode="flat", hidden=hidden))
+        .rl_module(rl_module_spec=make_module_spec(action_mode="flat", hidden=hidden, layernorm=layernorm))
         .learners(num_learners=0, num_gpus_per_learner=1 if cuda else 0)
         .debugging(seed=0)
     )

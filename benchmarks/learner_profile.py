@@ -3,10 +3,11 @@
 How to run (one GPU):
     python -m benchmarks.learner_profile
 
-Builds the learner of ``benchmarks/learner.py`` (obs 32 -> 2x256 -> 45 Q-values, batch 512) four
+Builds the learner of ``benchmarks/learner.py`` (obs 32 -> 2x256 -> 45 Q-values, batch 512) six
 ways: the default CUDA graph (the Q network's forward and backward as the linear kernels), the same
 with ``learner.mlp_kernel = False`` (torch's forward and autograd, cuBLAS GEMMs), ``learner.compile``,
-and ``learner.compile`` + ``learner.tf32``.
+``learner.compile`` + ``learner.tf32``, and the network with LayerNorm after each hidden Linear
+(``configs/local.yaml``'s) with and without the kernels.
 For each, after 30 warm updates, the torch profiler records 20 updates; every device activity
 (kernel, memcpy, memset; CUDA-graph nodes included) is grouped by name with its count and
 microseconds per update. ``wall_us_per_update`` is CUDA-event time over 200 more updates. A
@@ -26,8 +27,10 @@ from rl_zerosync.learner import ZeroSyncDQNTorchLearner
 
 BATCH = 512
 VARIANTS = {"graph": {}, "graph_torch_mlp": {"mlp_kernel": False}, "graph_compile": {"compile": True},
-            "graph_compile_tf32": {"compile": True, "tf32": True}}
-"""Per variant: learner settings, plus ``mlp_kernel`` (the learner property, set after the build)."""
+            "graph_compile_tf32": {"compile": True, "tf32": True},
+            "graph_layernorm": {"layernorm": True}, "graph_layernorm_torch_mlp": {"layernorm": True, "mlp_kernel": False}}
+"""Per variant: learner settings, plus ``mlp_kernel`` (the learner property, set after the build) and
+``layernorm`` (the module's LayerNorm after each hidden Linear, as in ``configs/local.yaml``)."""
 
 
 def profile_variant(zerosync: Dict, *, profiled: int = 20, timed: int = 200) -> Dict:
@@ -36,8 +39,9 @@ def profile_variant(zerosync: Dict, *, profiled: int = 20, timed: int = 200) -> 
 
     zerosync = dict(zerosync)
     mlp_kernel = zerosync.pop("mlp_kernel", None)
+    layernorm = zerosync.pop("layernorm", False)
     cfg = make_config(batch=BATCH, hidden=[256, 256], cuda=True, learner_class=ZeroSyncDQNTorchLearner,
-                      zerosync={"replay_capacity": 100_000, **zerosync})
+                      zerosync={"replay_capacity": 100_000, **zerosync}, layernorm=layernorm)
     learner = cfg.build_learner(spaces=spaces())
     if mlp_kernel is not None:
         learner.mlp_kernel = mlp_kernel

@@ -18,13 +18,14 @@ from rl_zerosync.module import make_module_spec
 from learner_helpers import OBS_DIM, rollout, snapshot  # noqa: E402
 
 
-def build_learner(*, mode: str = "flat", batch: int = 8, grad_clip=40.0, **zs) -> ZeroSyncDQNTorchLearner:
+def build_learner(*, mode: str = "flat", batch: int = 8, grad_clip=40.0, layernorm: bool = False,
+                  **zs) -> ZeroSyncDQNTorchLearner:
     n = 5 if mode == "routed" else 45
     cfg = (
         DQNConfig()
         .training(lr=1e-3, gamma=0.9, n_step=1, grad_clip=grad_clip, train_batch_size_per_learner=batch,
                   target_network_update_freq=1000)
-        .rl_module(rl_module_spec=make_module_spec(action_mode=mode, hidden=[16, 16]))
+        .rl_module(rl_module_spec=make_module_spec(action_mode=mode, hidden=[16, 16], layernorm=layernorm))
         .learners(learner_class=ZeroSyncDQNTorchLearner,
                   learner_config_dict={"zerosync": {"replay_capacity": 24, **zs}})
     )
@@ -226,12 +227,12 @@ def test_td_loss_update_equals_the_torch_loss_update(mode, monkeypatch):
         assert mf[key] == mp[key], key
 
 
-@pytest.mark.parametrize("mode", ["flat", "routed"])
-def test_linear_kernels_update_matches_autograd(mode):
+@pytest.mark.parametrize("mode,layernorm", [("flat", False), ("routed", False), ("routed", True)])
+def test_linear_kernels_update_matches_autograd(mode, layernorm):
     """The linear kernels' forward and backward (torch twins on CPU) give autograd's update: the raw
     gradients of the first update in .grad (flat slots), parameters and guard metrics after a few
     updates, to float32 rounding (the twins sum the bias gradient over B rows, autograd over 2B)."""
-    kern, auto = build_learner(mode=mode), build_learner(mode=mode)
+    kern, auto = build_learner(mode=mode, layernorm=layernorm), build_learner(mode=mode, layernorm=layernorm)
     auto.module.set_state(kern.module.get_state())
     auto.mlp_kernel = False
     assert kern.mlp_kernel and not auto.mlp_kernel

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Callable, Dict, Union
+from typing import Callable, Dict, Iterator, Union
 
 import torch
 
-from rl_zerosync.kernels import (adam, add, divergence, guard, linear, norm, qstats, reference, route, sample, select,
-                                 td_loss)
+from rl_zerosync.kernels import (adam, add, divergence, guard, layernorm, linear, norm, qstats, reference, route,
+                                 sample, select, td_loss)
 from rl_zerosync.kernels.compile import CudaSource, load_module
 
 Launcher = Callable[[], None]
@@ -64,6 +64,10 @@ KERNELS: Dict[str, KernelSpec] = {
                                  linear.SOURCE),
     "linear_backward": KernelSpec(linear.linear_backward, reference.linear_backward, linear.check_linear_backward,
                                   linear.SOURCE),
+    "layernorm_relu": KernelSpec(layernorm.layernorm_relu, reference.layernorm_relu,
+                                 layernorm.check_layernorm_relu, layernorm.SOURCE),
+    "layernorm_backward": KernelSpec(layernorm.layernorm_backward, reference.layernorm_backward,
+                                     layernorm.check_layernorm_backward, layernorm.SOURCE),
     "replay_sample": KernelSpec(sample.replay_sample, reference.replay_sample, sample.check_replay_sample,
                                 sample.SOURCE),
 }
@@ -73,6 +77,15 @@ SOURCES: Dict[str, CudaSource] = {spec.source.filename: spec.source for spec in 
 """Every CUDA source of the table, by file name."""
 
 CONCRETE_BACKENDS = ("cuda", "torch")
+
+
+def _tensors(values) -> Iterator[torch.Tensor]:
+    """The tensors among ``values``, in order, looking into lists and tuples (the jobs of a launch)."""
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            yield v
+        elif isinstance(v, (list, tuple)):
+            yield from _tensors(v)
 
 
 class Kernels:
@@ -112,7 +125,7 @@ class Kernels:
         ``k.bind_<name>(*args, **kwargs)`` is ``k.bind("<name>", *args, **kwargs)``.
         """
         KERNELS[name].check(*args, **kwargs)
-        first = next(a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor))
+        first = next(_tensors((*args, *kwargs.values())))
         if first.device != self.device:
             raise ValueError(f"{name}: buffers are on {first.device}, these kernels are for {self.device}")
         return functools.partial(getattr(self, name), *args, **kwargs)

@@ -214,6 +214,30 @@ def linear_backward(dz: torch.Tensor, x: torch.Tensor, w: torch.Tensor, dw: torc
         dx.copy_(torch.where(x > 0, torch.mm(dz, w), 0.0))
 
 
+def layernorm_relu(jobs: Sequence[Sequence[torch.Tensor]], *, eps: float) -> None:
+    """Twin of ``zs_layernorm_relu`` (``layernorm.cu``): ``a = relu(layer_norm(z) * gamma + beta)`` and the
+    per-row ``(mean, rstd)`` into ``stats``, from the op ``nn.LayerNorm``'s forward runs
+    (``aten.native_layer_norm``)."""
+    for z, gamma, beta, a, stats in jobs:
+        out, mean, rstd = torch.ops.aten.native_layer_norm(z, [z.shape[1]], gamma, beta, eps)
+        a.copy_(torch.relu(out))
+        stats.copy_(torch.cat([mean.reshape(-1, 1), rstd.reshape(-1, 1)], dim=1))
+
+
+def layernorm_backward(dy: torch.Tensor, z: torch.Tensor, stats: torch.Tensor, gamma: torch.Tensor, dz: torch.Tensor,
+                       dgamma: torch.Tensor, dbeta: torch.Tensor, part: torch.Tensor,
+                       blocks_done: torch.Tensor) -> None:
+    """Twin of ``zs_layernorm_backward`` (``layernorm.cu``): the LayerNorm's backward as autograd runs it
+    (``aten.native_layer_norm_backward`` with the saved mean and rstd); ``part`` and ``blocks_done`` are unused."""
+    del part, blocks_done
+    mean, rstd = stats[:, 0:1].contiguous(), stats[:, 1:2].contiguous()
+    gz, gg, gb = torch.ops.aten.native_layer_norm_backward(dy, z, [z.shape[1]], mean, rstd, gamma, gamma,
+                                                           [True, True, True])
+    dz.copy_(gz)
+    dgamma.copy_(gg)
+    dbeta.copy_(gb)
+
+
 def divergence(
     qstats_out: torch.Tensor, counter: torch.Tensor, flag: torch.Tensor, *, threshold: float, patience: int
 ) -> None:
