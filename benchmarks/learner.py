@@ -210,7 +210,8 @@ def main(argv: Optional[List[str]] = None) -> Dict:
         compiled = bench_ours(b, True, args, device, compile=True) if cuda else None
         fast = bench_ours(b, True, args, device, compile=True, tf32=True) if cuda else None
         for name, r in (("stock", stock), ("ours_eager", eager), ("ours_graph", graphed),
-                        ("ours_graph_torch_mlp", torch_mlp), ("ours_graph_x8", blocks), ("ours_compiled", compiled), ("ours_compiled_tf32", fast)):
+                        ("ours_graph_torch_mlp", torch_mlp), ("ours_graph_x8", blocks), ("ours_compiled", compiled),
+                        ("ours_compiled_tf32", fast)):
             if r is None:
                 continue
             rows.append({"variant": name, "batch_size": b, **r, "updates_per_s": 1e6 / r["median_us"],

@@ -28,7 +28,8 @@ from rl_zerosync.learner import ZeroSyncDQNTorchLearner
 BATCH = 512
 VARIANTS = {"graph": {}, "graph_torch_mlp": {"mlp_kernel": False}, "graph_compile": {"compile": True},
             "graph_compile_tf32": {"compile": True, "tf32": True},
-            "graph_layernorm": {"layernorm": True}, "graph_layernorm_torch_mlp": {"layernorm": True, "mlp_kernel": False}}
+            "graph_layernorm": {"layernorm": True},
+            "graph_layernorm_torch_mlp": {"layernorm": True, "mlp_kernel": False}}
 """Per variant: learner settings, plus ``mlp_kernel`` (the learner property, set after the build) and
 ``layernorm`` (the module's LayerNorm after each hidden Linear, as in ``configs/local.yaml``)."""
 

@@ -14,8 +14,8 @@
 //   ZS_GEMM_FWD  y = A B + bias[n], then ReLU when `relu` (a NaN stays NaN, as torch.relu);
 //   ZS_GEMM_DW   dW = A B (A = dZ^T), and the bias gradient db[m] = sum_k A(m, k) from the
 //                tiles of the first tile column;
-//   ZS_GEMM_DX   dX = A B (A = dZ, B = W), kept where the layer's input (a ReLU output) is > 0,
-//                else 0 (torch's threshold_backward).
+//   ZS_GEMM_DX   dX = A B (A = dZ, B = W), 0 where the layer's input (a ReLU output) is <= 0
+//                (torch's threshold_backward: a NaN input keeps the gradient).
 
 #define ZS_GM_PART (ZS_GM_BM * ZS_GM_BN + ZS_GM_BM)
 #define ZS_GEMM_FWD 0
@@ -86,7 +86,7 @@ __device__ __forceinline__ void zs_gemm_epilogue(const ZsGemm& g, int m0, int n0
                 v += g.aux[n];
                 if (g.relu && v < 0.0f) v = 0.0f;  // NaN < 0 is false: NaN stays NaN
             } else if (g.kind == ZS_GEMM_DX) {
-                v = g.aux[(long long)m * g.ldaux + n] > 0.0f ? v : 0.0f;
+                v = g.aux[(long long)m * g.ldaux + n] <= 0.0f ? 0.0f : v;  // a NaN input keeps v, as torch
             }
             g.c[(long long)m * g.ldc + n] = v;
         }

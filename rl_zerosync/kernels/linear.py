@@ -10,15 +10,17 @@ gradient and the ReLU's backward mask fused into them:
   observations and the next observations and of the target network on the next observations as
   one launch.
 * ``linear_backward(dz, x, w, dw, db, dx, scratch, counters)``: ``dw = dz.T @ x``,
-  ``db = dz.sum(0)`` and, unless ``dx`` is None, ``dx = where(x > 0, dz @ w, 0)`` (``x`` is the
-  layer's input, a ReLU output, so this is the previous layer's gradient at its pre-activation).
+  ``db = dz.sum(0)`` and, unless ``dx`` is None, ``dx = where(x <= 0, 0, dz @ w)`` (``x`` is the
+  layer's input, a ReLU output, so this is the previous layer's gradient at its pre-activation, as
+  torch's ``threshold_backward``: a NaN ``x`` keeps the gradient). ``dx`` must not overlap ``x``.
 
 ``x`` and ``dz`` may be row-strided views (the replay's packed sample rows); their last dimension
 is contiguous. Every other tensor is contiguous. A job's output tiles are :data:`GEMM_TILE` square;
-where a launch has fewer tiles than :data:`TARGET_BLOCKS`, the reduction dimension is split across
-blocks (:func:`splits`), whose partial tiles go to ``scratch`` and are summed in a fixed order by
-the tile's last block (deterministic). ``counters`` (int32, one per split tile) must be 0 at launch
-and are left 0. Size both with :func:`forward_workspace` / :func:`backward_workspace`.
+a job with fewer tiles than its share of the launch's blocks (:func:`splits`) has its reduction
+dimension split across blocks, whose partial tiles go to ``scratch`` and are summed in a fixed order
+by the tile's last block (deterministic). ``counters`` (int32, one per split tile) must be 0 at
+launch and are left 0. Size both with :func:`workspace` (of :func:`forward_gemms` /
+:func:`backward_gemms` of every launch that shares them).
 """
 from __future__ import annotations
 
@@ -78,8 +80,9 @@ def _tiles(g: Gemm) -> int:
 
 def splits(jobs: Sequence[Gemm]) -> Tuple[int, ...]:
     """Reduction splits per job (1 = no split): the launch's blocks (:data:`TARGET_BLOCKS`, or its
-    tile count if larger) shared out in proportion to each job's multiply-adds, each chunk at least :data:`MIN_SPLIT` long and at most :data:`MAX_SPLITS` chunks. A job
-    with few output tiles and a long reduction (a weight gradient over a large batch) gets many."""
+    tile count if larger) shared out in proportion to each job's multiply-adds, with chunks at least
+    :data:`MIN_SPLIT` long and at most :data:`MAX_SPLITS` of them. A job with few output tiles and a
+    long reduction (a weight gradient over a large batch) gets many."""
     work = [g.m * g.n * g.k for g in jobs]
     total = sum(work)
     budget = max(TARGET_BLOCKS, sum(_tiles(g) for g in jobs))
@@ -160,12 +163,12 @@ def check_linear_forward(jobs: Sequence[Sequence[torch.Tensor]], scratch: torch.
         raise ValueError(f"jobs must be a list of 1 to {MAX_JOBS} (x, w, b, y) tuples, got {jobs!r}")
     if not isinstance(relu, bool):
         raise ValueError(f"relu must be a bool, got {relu!r}")
-    dev = tensor_device("jobs[0].w", jobs[0][1] if len(jobs[0]) == 4 else None)
-    n = k = None
     for j, job in enumerate(jobs):
         if not isinstance(job, (list, tuple)) or len(job) != 4:
             raise ValueError(f"jobs[{j}] must be an (x, w, b, y) tuple, got {job!r}")
-        x, w, b, y = job
+    dev = tensor_device("jobs[0].w", jobs[0][1])
+    n = k = None
+    for j, (x, w, b, y) in enumerate(jobs):
         expect_tensor(f"jobs[{j}].w", w, dtype=torch.float32, shape=(n, k), device=dev)
         n, k = int(w.shape[0]), int(w.shape[1])
         if n < 1 or k < 1:

@@ -205,13 +205,14 @@ def linear_backward(dz: torch.Tensor, x: torch.Tensor, w: torch.Tensor, dw: torc
                     dx: Optional[torch.Tensor], scratch: torch.Tensor, counters: torch.Tensor) -> None:
     """Twin of ``zs_linear_backward`` (``linear.cu``): the Linear layer's backward as autograd writes it
     (``dw = dz.T @ x``, ``db = dz.sum(0)``) and, unless ``dx`` is None, ReLU's backward of the layer
-    below (``dx = where(x > 0, dz @ w, 0)``, ``x`` being that ReLU's output); ``scratch`` and
+    below (``dx = where(x <= 0, 0, dz @ w)``, ``x`` being that ReLU's output; as ``threshold_backward``, a NaN
+    ``x`` keeps the gradient); ``scratch`` and
     ``counters`` are unused."""
     del scratch, counters
     torch.mm(dz.t(), x, out=dw)
     torch.sum(dz, dim=0, out=db)
     if dx is not None:
-        dx.copy_(torch.where(x > 0, torch.mm(dz, w), 0.0))
+        dx.copy_(torch.where(x <= 0, 0.0, torch.mm(dz, w)))
 
 
 def layernorm_relu(jobs: Sequence[Sequence[torch.Tensor]], *, eps: float) -> None:
