@@ -64,7 +64,9 @@ def kernel_names(learner, k: int = 3) -> set:
 
 def test_compiled_update_is_captured_without_syncs_and_fuses_kernels():
     eager_ops = build(compiled=False)
+    eager_ops.mlp_kernel = False  # torch's forward and autograd, the ops compile fuses
     fused = build(compiled=True)
+    assert not fused.mlp_kernel  # learner.compile asks for torch's ops
     for learner in (eager_ops, fused):
         learner.train(10)
         assert learner.graph_captured
@@ -84,6 +86,11 @@ def test_compiled_update_is_captured_without_syncs_and_fuses_kernels():
     assert fused_k <= plain_k + 2, (plain_k, fused_k)
     assert any(name.startswith("triton_") for name in kernel_names(fused))
     assert not any(name.startswith("triton_") for name in kernel_names(eager_ops))
+    # The default eager update (the linear and layernorm kernels) has fewer ops than either.
+    default = build(compiled=False)
+    default.train(10)
+    assert default.mlp_kernel and default.graph_captured
+    assert kernels_per_update(default) < min(plain_k, fused_k)
 
 
 def test_compiled_update_tracks_the_eager_one():
