@@ -135,6 +135,7 @@ def learning_sweep(r, current: Optional[dict] = None) -> str:
 
 # ------------------------------------------------------------------------------------- learner
 LEARNER_LABELS = {"stock": "stock", "ours_eager": "ours, eager", "ours_graph": "ours, CUDA graph",
+                  "ours_graph_torch_mlp": "ours, graph, torch forward + autograd",
                   "ours_graph_x8": "ours, graph, 8 updates per launch",
                   "ours_compiled": "ours, graph + compile", "ours_compiled_tf32": "ours, graph + compile + TF32"}
 
@@ -149,6 +150,21 @@ def learner(r) -> str:
         out.append(f"| {LEARNER_LABELS.get(x['variant'], x['variant'])} | {x['batch_size']:,} | {x['median_us']:,.0f} "
                    f"| {x['updates_per_s']:,.0f} | {syncs} | {'–' if ops is None else f'{ops:.0f}'} "
                    f"| {'–' if host is None else f'{host:,.0f}'} | {x['speedup_vs_stock']:.1f} |")
+    return "\n".join(out)
+
+
+PROFILE_LABELS = {"graph": "2×256, default (linear kernels)", "graph_torch_mlp": "2×256, torch forward + autograd",
+                  "graph_compile": "2×256, compile", "graph_compile_tf32": "2×256, compile + TF32",
+                  "graph_layernorm": "2×256 + LayerNorm (`local.yaml`'s), default",
+                  "graph_layernorm_torch_mlp": "2×256 + LayerNorm, torch forward + autograd"}
+
+
+def learner_profile(r) -> str:
+    """Device ops and time of one update per variant (``learner_profile.json``, batch 512)."""
+    out = [_head(r), "| network, update | device ops | µs of kernels | µs wall |", "| --- | ---: | ---: | ---: |"]
+    for name, x in r["results"].items():
+        out.append(f"| {PROFILE_LABELS.get(name, name)} | {x['ops_per_update']:.0f} | {x['kernel_us_per_update']:.1f} "
+                   f"| {x['wall_us_per_update']:.1f} |")
     return "\n".join(out)
 
 
@@ -419,7 +435,7 @@ def reliability(r) -> str:
 # ----------------------------------------------------------------------------------------- main
 TABLES = (
     ("learning", learning), ("learning_sweep", learning_sweep), ("throughput", throughput), ("e2e", e2e),
-    ("learner", learner),
+    ("learner", learner), ("learner_profile", learner_profile),
     ("stock_syncs", stock_syncs), ("env_runner", env_runner), ("cartpole", cartpole), ("scaling", scaling),
     ("scaling_learner", scaling_learner), ("kernels", kernels), ("env", env), ("reliability", reliability),
 )

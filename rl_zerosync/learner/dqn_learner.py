@@ -4,8 +4,10 @@ One update (:meth:`ZeroSyncDQNTorchLearner._zero_sync_step`), entirely on the de
 forward through ``self.module[mid]`` (the DDP wrapper when ``num_learners > 1``, so gradients are
 all-reduced in backward) -> TD loss (:mod:`rl_zerosync.learner.loss`; for routed / flat modules
 trained from the device replay one ``td_loss`` launch writes the loss, its gradient with respect
-to Q, |TD| and the Q stats, and backward starts from Q with that gradient) -> backward -> gradients
-gathered into one flat buffer and its global norm (:mod:`rl_zerosync.learner.flat_adam`) ->
+to Q, |TD| and the Q stats, and backward starts from Q with that gradient; for a plain
+Linear/[LayerNorm]/ReLU network that forward and backward are the linear kernels of
+:mod:`rl_zerosync.learner.mlp`, which write the gradients straight into the flat buffer) -> backward
+-> gradients gathered into one flat buffer and its global norm (:mod:`rl_zerosync.learner.flat_adam`) ->
 ``guard_check`` -> ``adam_step``: gradients scaled by ``loss_scale * clip_coef`` and Adam (AdamW)
 on the flat parameters in one kernel, skipped on the device when the guard's ``found_inf`` is set
 (parameters, moments and step count stay bit-identical) -> accumulators, Q stats, divergence.

@@ -60,10 +60,14 @@ class LearnerSettings:
     """Capture the whole update in a CUDA graph on CUDA devices (ignored on CPU; eager gives the same numbers)."""
     compile: bool = False
     """Fuse the update's torch ops with ``torch.compile`` on CUDA devices (ignored on CPU; not
-    bit-identical to eager, see :mod:`rl_zerosync.learner.update_parts`; single learner only)."""
+    bit-identical to eager, see :mod:`rl_zerosync.learner.update_parts`; single learner only). On, the
+    Q network's forward and backward are torch's ops rather than the linear kernels
+    (:mod:`rl_zerosync.learner.mlp`), on every device."""
     tf32: bool = False
     """Let the update's float32 matmuls use TF32 tensor cores on CUDA (10-bit mantissa inputs, float32
-    accumulation; ignored on CPU). Scoped to the update: the process's setting is left as it is."""
+    accumulation; ignored on CPU). Scoped to the update: the process's setting is left as it is. On,
+    the Q network's forward and backward are torch's ops rather than the float32 linear kernels
+    (:mod:`rl_zerosync.learner.mlp`), on every device."""
     graph_warmup: int = 3
     """Eager updates run on a side stream before the CUDA graph is captured (they count as updates)."""
     updates_per_graph: int = 1
