@@ -859,3 +859,20 @@ def test_backward_keeps_the_gradient_where_the_input_is_nan(kc, kt, dev):
     assert torch.isfinite(outs[0]).all() and outs[0][4, 0] != 0 and outs[0][69, 95] != 0
     assert torch.equal(outs[0] == 0, outs[1] == 0)
     torch.testing.assert_close(outs[0], outs[1], rtol=1e-4, atol=1e-4)
+
+
+def test_bind_rejects_outputs_that_overlap_what_the_launch_reads():
+    k = get_kernels("cpu")
+    buf = torch.zeros(8, 12)
+    x, w, b = buf[:, :4], torch.zeros(3, 4), torch.zeros(3)
+    scratch, counters = _workspace([forward_gemms([(x, w, b, torch.zeros(8, 3))])], "cpu")
+    with pytest.raises(ValueError, match=r"jobs\[0\].y must not overlap jobs\[0\].x"):
+        k.bind_linear_forward([(x, w, b, buf.view(-1)[:24].view(8, 3))], scratch, counters, relu=True)
+    k.bind_linear_forward([(x, w, b, torch.zeros(8, 3))], scratch, counters, relu=True)
+    dz, xin, wt = torch.zeros(8, 3), torch.relu(torch.randn(8, 4)), torch.zeros(3, 4)
+    scratch, counters = _workspace([backward_gemms(dz, xin, True)], "cpu")
+    with pytest.raises(ValueError, match="dx must not overlap x"):
+        k.bind_linear_backward(dz, xin, wt, torch.zeros(3, 4), torch.zeros(3), xin, scratch, counters)
+    with pytest.raises(ValueError, match="dw must not overlap w"):
+        k.bind_linear_backward(dz, xin, wt, wt, torch.zeros(3), torch.zeros(8, 4), scratch, counters)
+    k.bind_linear_backward(dz, xin, wt, torch.zeros(3, 4), torch.zeros(3), torch.zeros(8, 4), scratch, counters)

@@ -24,7 +24,7 @@ import torch
 
 from rl_zerosync.kernels.compile import CudaSource
 from rl_zerosync.kernels.launch import NULL, f32, i32, launch, ptr
-from rl_zerosync.kernels.validate import expect_finite, expect_tensor, tensor_device
+from rl_zerosync.kernels.validate import expect_apart, expect_finite, expect_tensor, tensor_device
 
 LN_WARPS = 8
 """Warps per block; one row per warp."""
@@ -93,6 +93,8 @@ def check_layernorm_backward(dy: torch.Tensor, z: torch.Tensor, stats: torch.Ten
         raise ValueError(f"part must have at least layernorm_part_numel({rows}, {n}) = {need} elements, "
                          f"got {part.numel()}")
     expect_tensor("blocks_done", blocks_done, dtype=torch.int32, shape=(1,), device=dev)
+    for name, out in (("dz", dz), ("dgamma", dgamma), ("dbeta", dbeta)):
+        expect_apart(name, out, dy=dy, z=z, stats=stats, gamma=gamma)
 
 
 def layernorm_relu(device_index: int, jobs: Sequence[Sequence[torch.Tensor]], *, eps: float) -> None:

@@ -31,7 +31,7 @@ import torch
 
 from rl_zerosync.kernels.compile import CudaSource
 from rl_zerosync.kernels.launch import NULL, i32, i64, launch, ptr
-from rl_zerosync.kernels.validate import expect_tensor, tensor_device
+from rl_zerosync.kernels.validate import expect_apart, expect_tensor, tensor_device
 
 GEMM_TILE = 64
 """Output tile side (rows and columns) of one block."""
@@ -178,6 +178,9 @@ def check_linear_forward(jobs: Sequence[Sequence[torch.Tensor]], scratch: torch.
         _expect_rows(f"jobs[{j}].y", y, int(x.shape[0]), n, dev)
         if y.stride(0) != n and y.shape[0] > 1:
             raise ValueError(f"jobs[{j}].y must be contiguous [{x.shape[0]}, {n}], got strides {list(y.stride())}")
+    for j, (_x, _w, _b, y) in enumerate(jobs):
+        reads = {f"jobs[{i}].{name}": t for i, job in enumerate(jobs) for name, t in zip("xwb", job[:3])}
+        expect_apart(f"jobs[{j}].y", y, **reads)
     _expect_workspace(scratch, counters, plan(forward_gemms(jobs)), dev)
 
 
@@ -197,6 +200,9 @@ def check_linear_backward(dz: torch.Tensor, x: torch.Tensor, w: torch.Tensor, dw
     expect_tensor("db", db, dtype=torch.float32, shape=(n,), device=dev)
     if dx is not None:
         expect_tensor("dx", dx, dtype=torch.float32, shape=(rows, k), device=dev)
+    for name, out in (("dw", dw), ("db", db), ("dx", dx)):
+        if out is not None:
+            expect_apart(name, out, dz=dz, x=x, w=w)
     _expect_workspace(scratch, counters, plan(backward_gemms(dz, x, dx is not None)), dev)
 
 

@@ -69,3 +69,19 @@ def expect_rows(name: str, rows: int) -> None:
     """Check that a kernel's row count fits :data:`MAX_ROWS`."""
     if rows > MAX_ROWS:
         raise ValueError(f"{name} must have at most {MAX_ROWS} rows, got {rows}")
+
+
+def _span(t: torch.Tensor) -> tuple:
+    """[first, last] byte addresses a tensor's elements occupy."""
+    last = sum((d - 1) * st for d, st in zip(t.shape, t.stride()) if d > 0)
+    return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size() - 1
+
+
+def expect_apart(out_name: str, out: torch.Tensor, **inputs: torch.Tensor) -> None:
+    """An output may not share memory with the inputs the same launch reads."""
+    lo, hi = _span(out)
+    for name, t in inputs.items():
+        a, b = _span(t)
+        if a <= hi and lo <= b:
+            raise ValueError(f"{out_name} must not overlap {name} (the launch reads {name} while it writes "
+                             f"{out_name})")
