@@ -458,7 +458,7 @@ def test_mlp_kernels_on_the_twins_are_torch_forward_and_autograd(mode, hidden, d
     packed = torch.randn(b, 16, generator=torch.Generator().manual_seed(7))
     obs, next_obs = packed[:, 0:OBS_DIM], packed[:, 8:8 + OBS_DIM]
     mlp = MLPKernels(module=module, kernels=get_kernels("cpu"), flat=learner.flat_adam, obs=obs, next_obs=next_obs,
-                     double_q=double_q)
+                     dq=torch.zeros(b, module.num_actions), double_q=double_q)
     layers = len(hidden) + 1
     # one linear launch per layer each way, plus one per LayerNorm each way
     assert mlp.launches_per_update == 2 * layers + (2 * len(hidden) if layernorm else 0)
@@ -483,14 +483,14 @@ def test_mlp_kernels_refuse_unsupported_modules_and_obs():
     flat, k = learner.flat_adam, get_kernels("cpu")
     with pytest.raises(ValueError, match="unsupported module: dueling=True"):
         MLPKernels(module=_module("flat", dueling=True), kernels=k, flat=flat, obs=torch.zeros(4, 7),
-                   next_obs=torch.zeros(4, 7), double_q=True)
+                   next_obs=torch.zeros(4, 7), dq=torch.zeros(4, 45), double_q=True)
     module = learner.module["default_policy"].unwrapped()
     bad = torch.zeros(4, 2, 3).transpose(1, 2)  # [4, 3, 2] whose rows are not contiguous: no view
     with pytest.raises(ValueError, match="viewable"):
-        MLPKernels(module=module, kernels=k, flat=flat, obs=bad, next_obs=bad, double_q=True)
+        MLPKernels(module=module, kernels=k, flat=flat, obs=bad, next_obs=bad, dq=torch.zeros(4, 45), double_q=True)
     with pytest.raises(ValueError, match="contiguous last dimension"):
         t = torch.zeros(OBS_DIM, 4).t()
-        MLPKernels(module=module, kernels=k, flat=flat, obs=t, next_obs=t, double_q=True)
+        MLPKernels(module=module, kernels=k, flat=flat, obs=t, next_obs=t, dq=torch.zeros(4, 45), double_q=True)
 
 
 # ============================================================================= GPU: kernel vs twin

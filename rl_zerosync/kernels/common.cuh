@@ -18,4 +18,22 @@ __device__ __forceinline__ long long zs_thread_index() {
     return (long long)blockIdx.x * (long long)blockDim.x + (long long)threadIdx.x;
 }
 
+// Sum of v over the block (blockDim.x a multiple of 32, at most 1024): warp shuffles, then warp 0
+// sums the warp totals; the result is valid in thread 0 (in a fixed order: deterministic).
+template <typename T>
+__device__ __forceinline__ T zs_block_sum(T v) {
+    __shared__ T warp_sums[32];
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_down_sync(ZS_FULL_MASK, v, offset);
+    if (lane == 0) warp_sums[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        const int num_warps = (int)(blockDim.x >> 5);
+        v = lane < num_warps ? warp_sums[lane] : (T)0;
+        for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_down_sync(ZS_FULL_MASK, v, offset);
+    }
+    return v;
+}
+
 #endif  // ZS_COMMON_CUH

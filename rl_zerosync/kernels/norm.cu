@@ -8,21 +8,6 @@
 // counts last reduces every row norm in a fixed order, writes out[0] and resets blocks_done to 0
 // (it must be 0 at launch).
 
-__device__ __forceinline__ float zs_block_sum_float(float v) {
-    __shared__ float warp_sums[32];
-    const int lane = threadIdx.x & 31;
-    const int warp = threadIdx.x >> 5;
-    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_down_sync(ZS_FULL_MASK, v, offset);
-    if (lane == 0) warp_sums[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        const int num_warps = (int)(blockDim.x >> 5);
-        v = lane < num_warps ? warp_sums[lane] : 0.0f;
-        for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_down_sync(ZS_FULL_MASK, v, offset);
-    }
-    return v;
-}
-
 extern "C" __global__ void __launch_bounds__(ZS_NORM_BLOCK)
 zs_grad_norm(const float* __restrict__ x, float* row_norms, float* __restrict__ out, int* blocks_done) {
     const float* row = x + (long long)blockIdx.x * ZS_NORM_CHUNK;
@@ -31,7 +16,7 @@ zs_grad_norm(const float* __restrict__ x, float* row_norms, float* __restrict__ 
         const float v = row[j];
         s += v * v;
     }
-    s = zs_block_sum_float(s);
+    s = zs_block_sum<float>(s);
     __shared__ bool last;
     if (threadIdx.x == 0) {
         row_norms[blockIdx.x] = sqrtf(s);
@@ -47,7 +32,7 @@ zs_grad_norm(const float* __restrict__ x, float* row_norms, float* __restrict__ 
         const float v = norms[b];
         t += v * v;
     }
-    t = zs_block_sum_float(t);
+    t = zs_block_sum<float>(t);
     if (threadIdx.x == 0) {
         out[0] = sqrtf(t);
         blocks_done[0] = 0;

@@ -19,21 +19,6 @@
 // Strided columns: actions (int64), rewards, discounts, weights (f32) and terminateds (bytes) are
 // read at i * <column>_stride elements; weights and td_abs may be null (all-ones weights; no |TD|).
 
-__device__ __forceinline__ double zs_block_sum_double(double v) {
-    __shared__ double warp_sums[32];
-    const int lane = threadIdx.x & 31;
-    const int warp = threadIdx.x >> 5;
-    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_down_sync(ZS_FULL_MASK, v, offset);
-    if (lane == 0) warp_sums[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        const int num_warps = (int)(blockDim.x >> 5);
-        v = lane < num_warps ? warp_sums[lane] : 0.0;
-        for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_down_sync(ZS_FULL_MASK, v, offset);
-    }
-    return v;
-}
-
 // The better of two (value, column) candidates for argmax: a NaN beats any number, then the larger
 // value; ties (and two NaNs) go to the lower column (torch.argmax: the first NaN, else the first max).
 __device__ __forceinline__ bool zs_argmax_better(float v, int i, float best_v, int best_i) {
@@ -116,7 +101,7 @@ zs_td_loss(const float* __restrict__ q, const float* __restrict__ q_select, cons
         }
     }
     p = zs_qpart_block_reduce(p);
-    loss_sum = zs_block_sum_double(loss_sum);
+    loss_sum = zs_block_sum<double>(loss_sum);
     __shared__ bool last;
     if (threadIdx.x == 0) {
         double* part = scratch + (long long)ZS_TDPART_SIZE * blockIdx.x;
@@ -148,7 +133,7 @@ zs_td_loss(const float* __restrict__ q, const float* __restrict__ q_select, cons
     }
     __syncthreads();  // the shared reduction buffers are reused
     total = zs_qpart_block_reduce(total);
-    total_loss = zs_block_sum_double(total_loss);
+    total_loss = zs_block_sum<double>(total_loss);
     if (threadIdx.x == 0) {
         loss[0] = (float)(total_loss / (double)rows);
         zs_qstats_write(total, rows, cols, qstats_out);

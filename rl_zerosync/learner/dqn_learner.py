@@ -297,12 +297,10 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
         self._td_checked = False
 
     def _bind_mlp(self) -> None:
-        """The linear kernels' static buffers for the static batch; ``td_loss`` writes dL/dQ into theirs."""
+        """The linear kernels' static buffers for the static batch; their backward starts from ``td_loss``'s dL/dQ."""
         self._mlp = MLPKernels(module=self.module[self._mid].unwrapped(), kernels=self._kernels, flat=self._flat,
                                obs=self._batch[Columns.OBS], next_obs=self._batch[Columns.NEXT_OBS],
-                               double_q=self.settings.double_q)
-        self._td["dq"] = self._mlp.dq
-        self._td_checked = False
+                               dq=self._td["dq"], double_q=self.settings.double_q)
         # Each parameter's .grad is its flat slot: the raw gradient of the last update, as with autograd.
         for p in self._params:
             p.grad = self._flat.grad_slot(p)

@@ -84,11 +84,13 @@ class MLPKernels:
         flat: The learner's flat optimizer; the backward writes into its gradient slots.
         obs, next_obs: The static batch's observation buffers ``[B, *obs_shape]`` (views of the
             replay's sample rows; each must be viewable as ``[B, obs_dim]``).
+        dq: ``dL/dQ`` of the batch's rows ``[B, A]`` (contiguous; the ``td_loss`` kernel writes it): the
+            backward starts from it.
         double_q: Pick the bootstrap action with the online network (it then also runs on ``next_obs``).
     """
 
     def __init__(self, *, module: nn.Module, kernels: Kernels, flat: FlatAdam, obs: torch.Tensor,
-                 next_obs: torch.Tensor, double_q: bool) -> None:
+                 next_obs: torch.Tensor, dq: torch.Tensor, double_q: bool) -> None:
         reason = mlp_kernel_blocker(module)
         if reason is not None:
             raise ValueError(f"MLPKernels: unsupported module: {reason}")
@@ -130,14 +132,13 @@ class MLPKernels:
                 saved.append(None)
             acts.append(y_on)
             on_in, tg_in = y_on, y_tg
-        self.q_online = on_in
-        """The online network's output ``[2B, A]`` (``[B, A]`` without double DQN)."""
-        self.q_target = tg_in
-        """The target network's output on the next observations ``[B, A]``."""
-        self.dq = empty(b, int(online[-1][0].weight.shape[0]))
-        """``dL/dQ`` of the batch's rows ``[B, A]``: the backward starts from it."""
+        # (q, q_select, q_target): the online output's halves (q_select is the target's output
+        # without double DQN) and the target network's output on the next observations, [B, A] each.
+        self._outputs = (on_in[:b], on_in[b:] if double_q else tg_in, tg_in)
+        self.dq = dq
+        """The ``dL/dQ`` buffer the backward starts from."""
         backward: List[tuple] = []  # ("linear", args) | ("norm", args)
-        dz = self.dq
+        dz = dq
         for i in range(len(online) - 1, -1, -1):
             lin = online[i][0]
             dx = None if i == 0 else empty(b, int(lin.weight.shape[1]))  # gradient at layer i - 1's activation
@@ -173,10 +174,7 @@ class MLPKernels:
         with torch.no_grad():
             for launch in self._forward:
                 launch()
-        b = self.q_target.shape[0]
-        q = self.q_online[:b]
-        q_select = self.q_online[b:] if self.q_online.shape[0] > b else self.q_target
-        return q, q_select, self.q_target
+        return self._outputs
 
     def backward(self) -> None:
         """Enqueue the backward from :attr:`dq`: every parameter's gradient written into its flat slot."""
