@@ -50,7 +50,7 @@ def _sync() -> None:
 
 def ours_config(num_envs: int, steps: int, *, hidden=(64, 64), **training):
     from rl_zerosync.algorithm import ZeroSyncDQNConfig
-    from rl_zerosync.envs.protocol import CARTPOLE_ENV_ID
+    from rl_zerosync.envs.registry import CARTPOLE_ENV_ID
 
     gpu = 1 if torch.cuda.is_available() else 0
     return (ZeroSyncDQNConfig()

@@ -53,15 +53,16 @@ import torch
 
 from benchmarks.common import (parser, print_summary, quick_path, result_header, results_path, timed_train,
                                write_json)
-from rl_zerosync.evaluate import greedy_policy  # the CLI's greedy policy
+from rl_zerosync.evaluation.evaluate import greedy_policy  # the CLI's greedy policy
 
 FORMAT = 2  # e2e.json layout: 2 = seeds + tuned stock (benchmarks/tables.py reads both)
 
 
 # ------------------------------------------------------------------------------------ evaluation
 def _evaluate(module, settings, segment: str) -> dict:
-    from rl_zerosync.envs import EnvParams, make_market
-    from rl_zerosync.envs.backtest import evaluate_policy
+    from rl_zerosync.envs import EnvParams
+    from rl_zerosync.data import make_market
+    from rl_zerosync.evaluation.backtest import evaluate_policy
 
     dev = next(module.parameters()).device
     market = make_market(settings.data, segment)
@@ -76,11 +77,12 @@ def _evaluate(module, settings, segment: str) -> dict:
 
 def rule_target(settings) -> tuple[float, str]:
     """The time-to-target target, fixed in advance: the best rule's validation Sharpe (the rules
-    of ``rl_zerosync.envs.rules``, their variants chosen on the validation segment; flat = 0)."""
-    from rl_zerosync.envs import EnvParams, make_market
-    from rl_zerosync.envs.backtest import rule_metrics
-    from rl_zerosync.envs.rules import RuleWalk
-    from rl_zerosync.validation import routing_thresholds
+    of ``rl_zerosync.evaluation.rules``, their variants chosen on the validation segment; flat = 0)."""
+    from rl_zerosync.envs import EnvParams
+    from rl_zerosync.data import make_market
+    from rl_zerosync.evaluation.backtest import rule_metrics
+    from rl_zerosync.evaluation.rules import RuleWalk
+    from rl_zerosync.evaluation.validation import routing_thresholds
 
     data = make_market(settings.data, "validation")
     grid, _ = rule_metrics(RuleWalk(data, EnvParams.from_dict(settings.env), routing_thresholds(settings.runner)))
@@ -142,7 +144,7 @@ def _train_loop(name, algo, settings, *, budget_s, max_iters, updates_of, eval_e
 
 # ------------------------------------------------------------------------------------------ ours
 def run_ours(settings, *, budget_s, eval_every_env_steps, target):
-    from rl_zerosync.settings import to_rllib_config
+    from rl_zerosync.config.settings import to_rllib_config
 
     algo = to_rllib_config(settings).build_algo()
     try:
@@ -398,7 +400,7 @@ def main(argv: Optional[list] = None) -> dict:
 
     import ray
 
-    from rl_zerosync.settings import load
+    from rl_zerosync.config.settings import load
 
     overrides = list(args.set) + ["run.evaluate=false"]
     if args.quick:

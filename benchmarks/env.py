@@ -28,7 +28,8 @@ import torch
 
 from benchmarks.common import (cell, parser, print_summary, print_table, result_header, results_path,
                                time_cuda_seconds, time_host_seconds, write_json)
-from rl_zerosync.envs import BatchedTradingEnv, EnvParams, TradingGymEnv, make_market
+from rl_zerosync.envs import BatchedTradingEnv, EnvParams, TradingGymEnv
+from rl_zerosync.data import make_market
 
 ACTION_BANK = 8  # distinct pre-drawn action rows, cycled
 

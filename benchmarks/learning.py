@@ -49,11 +49,12 @@ SWEEP = {
 def time_validation(config: str, device: str) -> dict:
     """Seconds of one validation pass (split walk, as in training), one whole walk and the rules
     walk, on 8 assets x 30k validation bars, with the config's network."""
-    from rl_zerosync.envs import EnvParams, FeatureConfig, make_market
-    from rl_zerosync.envs.rules import RuleWalk
-    from rl_zerosync.envs.walk import SegmentWalk
-    from rl_zerosync.settings import load
-    from rl_zerosync.validation import SPLIT_BARS, SPLIT_WARMUP
+    from rl_zerosync.envs import EnvParams
+    from rl_zerosync.data import FeatureConfig, make_market
+    from rl_zerosync.evaluation.rules import RuleWalk
+    from rl_zerosync.evaluation.walk import SegmentWalk
+    from rl_zerosync.config.settings import load
+    from rl_zerosync.evaluation.validation import SPLIT_BARS, SPLIT_WARMUP
 
     s = load(config)
     data_cfg = {**s.data, "num_assets": 8, "num_bars": 200_000, "regenerate_every": 0}
@@ -101,7 +102,7 @@ def iteration_seconds(run_dir: Path) -> float:
 
 
 def run_budget(config, overrides, seeds, parallel, runs_dir, name):
-    from rl_zerosync.seeds import train_seeds
+    from rl_zerosync.run.seeds import train_seeds
 
     over = list(overrides) + [f"run.dir={runs_dir}", f"run.name={name}"]
     t0 = time.perf_counter()
@@ -115,7 +116,7 @@ def start_real(args, runs_dir: Path) -> dict:
     seed, the seeds in parallel background processes; :func:`finish_real` collects them."""
     import subprocess
 
-    from rl_zerosync.seeds import parse_seeds
+    from rl_zerosync.run.seeds import parse_seeds
 
     real_cfg = ROOT / "configs" / "walkforward_googl.yaml"
     seeds = parse_seeds(args.real_seeds)
@@ -133,7 +134,7 @@ def start_real(args, runs_dir: Path) -> dict:
 
 def finish_real(args, runs_dir: Path, procs: dict) -> dict:
     """Per seed the walk-forward's per-fold test numbers, then mean and 95% interval over seeds."""
-    from rl_zerosync.seeds import mean_ci95
+    from rl_zerosync.run.seeds import mean_ci95
 
     real_cfg = ROOT / "configs" / "walkforward_googl.yaml"
     t0 = time.perf_counter()
@@ -180,8 +181,8 @@ def main() -> int:
     p.add_argument("--runs-dir", default=str(ROOT / "runs" / "bench_learning"))
     p.add_argument("--no-timing", action="store_true")
     args = p.parse_args()
-    from rl_zerosync.seeds import parse_seeds
-    from rl_zerosync.settings import load
+    from rl_zerosync.run.seeds import parse_seeds
+    from rl_zerosync.config.settings import load
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.quick:

@@ -28,7 +28,7 @@ or *named* (refused with one ``error:`` line naming the cause):
   ``external`` (a SIGKILL sent as soon as ``checkpoint.tmp/`` appears), ``before-manifest`` (the
   driver SIGKILLs itself when the checkpoint's files are written but its manifest is not) and
   ``between-renames`` (after ``checkpoint/`` moved to ``checkpoint.1/``, before ``checkpoint.tmp/``
-  moved in). The two in-process kill points wrap ``rl_zerosync.checkpoints`` functions in a small
+  moved in). The two in-process kill points wrap ``rl_zerosync.rundir.checkpoints`` functions in a small
   launcher (``KILL_LAUNCHER``) that then calls the real ``rl_zerosync.cli.main``.
 * ``checkpoint-<damage>``: ``DAMAGE`` of ``tests/test_checkpoint_integrity.py`` (truncated file,
   random bytes in the weights, a missing file) applied to ``checkpoint/`` of a finished 3-iteration
@@ -40,7 +40,7 @@ or *named* (refused with one ``error:`` line naming the cause):
   iteration 3; the run must complete with every iteration's row (RLlib restarts the actor; the
   iterations that sampled nothing meanwhile are listed).
 * ``data-error-2-remote-runners``: the ``nan-close`` CSV of ``CASES`` with ``num_env_runners: 2``,
-  trained through the Python API (``rl_zerosync.train.train(load(cfg))``, which the CLI's
+  trained through the Python API (``rl_zerosync.run.train.train(load(cfg))``, which the CLI's
   preflight does not guard): the exception must name the data problem (the case's needles on its
   first line), not a consequence such as ``IndexError``; and the same config through the CLI must
   be refused by preflight before Ray.
@@ -88,12 +88,12 @@ QUICK_BAD = ("yaml-type", "not-yaml", "nan-close", "gpu-learner", "gpu-env-runne
 FULL_ITERS = 8
 """Iterations of the fault runs that must complete (the kill-mid-training run: 2 x this)."""
 
-# Kill points inside a checkpoint write: the launcher wraps rl_zerosync.checkpoints functions, then
+# Kill points inside a checkpoint write: the launcher wraps rl_zerosync.rundir.checkpoints functions, then
 # runs the real command line. RELIABILITY_KILL_AT = "<point>:<iteration>".
 KILL_LAUNCHER = r'''
 import os, signal, sys
 from pathlib import Path
-from rl_zerosync import checkpoints as C
+from rl_zerosync.rundir import checkpoints as C
 from rl_zerosync.cli import main
 
 point, _, it = os.environ["RELIABILITY_KILL_AT"].partition(":")
@@ -129,8 +129,8 @@ sys.exit(main(sys.argv[1:]))
 # Training through the Python API (no CLI preflight); prints the exception as one JSON line.
 API_TRAIN = r'''
 import json, sys, traceback
-from rl_zerosync.settings import load
-from rl_zerosync.train import train
+from rl_zerosync.config.settings import load
+from rl_zerosync.run.train import train
 try:
     train(load(sys.argv[1]))
 except BaseException as err:

@@ -177,7 +177,7 @@ def bench_learners(args, cuda: bool) -> list:
 
 # ---------------------------------------------------------------- end-to-end section
 def _e2e_settings(args, gpus: int, cuda: bool):
-    from rl_zerosync.settings import load
+    from rl_zerosync.config.settings import load
 
     frac_runner, frac_learner = (0.6, 0.4) if cuda else (0, 0)
     return load(ROOT / "configs" / "two_gpu.yaml", [
@@ -202,7 +202,7 @@ def _placement(algo) -> dict:
 
 
 def bench_e2e(args, gpus: int, cuda: bool) -> dict:
-    from rl_zerosync.settings import to_rllib_config
+    from rl_zerosync.config.settings import to_rllib_config
 
     ray.init(num_cpus=args.cpus, num_gpus=gpus if cuda else 0, include_dashboard=False)
     try:

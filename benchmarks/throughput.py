@@ -61,7 +61,7 @@ def _sampler_seconds(runner, rollouts: int) -> tuple:
 
 def run_one(path: str, overlap: bool, args) -> dict:
     """Timed iterations of one config with one overlap setting, then the sampler alone."""
-    from rl_zerosync.settings import load, to_rllib_config
+    from rl_zerosync.config.settings import load, to_rllib_config
 
     overrides = (["run.evaluate=false", f"runner.overlap={str(overlap).lower()}"] + (QUICK if args.quick else [])
                  + list(args.set))

@@ -1,7 +1,7 @@
 """Train ZeroSyncDQN on the trading env with RLlib's Python builder API (no YAML), print metrics
 and save a checkpoint.
 
-Every YAML section has a place in the builder (``rl_zerosync.settings.to_rllib_config`` is the
+Every YAML section has a place in the builder (``rl_zerosync.config.settings.to_rllib_config`` is the
 mapping): ``data`` / ``env`` / ``runner`` go into ``env_config``, ``algo`` into ``.env_runners()``,
 ``.learners()`` and ``.training()``, ``model`` into ``.rl_module(model_config=...)``, and the
 ``learner`` section into ``learner_config_dict={"zerosync": {...}}``.

@@ -1,7 +1,7 @@
 """Export a trained policy (TorchScript or ONNX) and act on recent bars with ``rl_zerosync.Policy``.
 
-Trains a short run with the YAML settings (``rl_zerosync.settings.load`` with ``--set``-style
-overrides, then ``rl_zerosync.train.train``) unless ``--checkpoint DIR`` names a run, exports it
+Trains a short run with the YAML settings (``rl_zerosync.config.settings.load`` with ``--set``-style
+overrides, then ``rl_zerosync.run.train.train``) unless ``--checkpoint DIR`` names a run, exports it
 (what ``rl-zerosync export --checkpoint DIR --format torchscript|onnx`` does), then prints the greedy
 action (exposure, order type, urgency) for the last few bars, from the checkpoint and from the export.
 Bars come from ``--csv`` (``close`` plus bid/ask or high/low columns) or a synthetic series; a
@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from rl_zerosync import Policy
-from rl_zerosync.export import export_policy
+from rl_zerosync.serving.export import export_policy
 
 p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 p.add_argument("--quick", action="store_true", help="tiny CPU training run")
@@ -33,8 +33,8 @@ run_dir = args.checkpoint
 if run_dir is None:
     import ray
 
-    from rl_zerosync.settings import load
-    from rl_zerosync.train import train
+    from rl_zerosync.config.settings import load
+    from rl_zerosync.run.train import train
 
     config = Path(__file__).resolve().parent.parent / "configs" / ("smoke.yaml" if args.quick else "local.yaml")
     run_root = args.run_dir or tempfile.mkdtemp(prefix="zerosync_export_")
@@ -55,7 +55,7 @@ policy = Policy.from_checkpoint(run_dir, spread_bps=args.spread_bps)
 if args.csv:
     bars = pd.read_csv(args.csv)
 else:
-    from rl_zerosync.envs.synthetic import synthetic_series
+    from rl_zerosync.data.synthetic import synthetic_series
 
     raw = synthetic_series(1, 2000, seed=7)
     close, spread = raw["close"][0], raw["spread"][0]

@@ -16,9 +16,9 @@ _EXPORTS = {
     "ZeroSyncQModule": "rl_zerosync.module",
     "BatchedTradingEnv": "rl_zerosync.envs",
     "TradingGymEnv": "rl_zerosync.envs",
-    "load_settings": "rl_zerosync.settings",
-    "to_rllib_config": "rl_zerosync.settings",
-    "Policy": "rl_zerosync.policy",
+    "load_settings": "rl_zerosync.config.settings",
+    "to_rllib_config": "rl_zerosync.config.settings",
+    "Policy": "rl_zerosync.serving.policy",
 }
 __all__ = sorted(_EXPORTS)
 

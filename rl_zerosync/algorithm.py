@@ -166,7 +166,7 @@ class ZeroSyncDQNConfig(DQNConfig):
         super().validate()
         check_positive_number("replay_ratio", self.replay_ratio)
         check_positive_number("env_runner_restart_timeout_s", self.env_runner_restart_timeout_s)
-        from rl_zerosync.envs.protocol import resolve_batched_env
+        from rl_zerosync.envs.registry import resolve_batched_env
 
         if _is_gpu_runner(self.env_runner_cls):
             resolve_batched_env(self.env)  # ValueError naming an env the GPU runner cannot step
@@ -314,8 +314,8 @@ class ZeroSyncDQN(DQN):
     @override(DQN)
     def setup(self, config) -> None:
         """RLlib's setup; when remote env runners die in their constructors, the error names their
-        root cause instead of RLlib's ``IndexError`` (:mod:`rl_zerosync.runner_errors`)."""
-        from rl_zerosync.runner_errors import raise_root_cause, runner_root_causes
+        root cause instead of RLlib's ``IndexError`` (:mod:`rl_zerosync.env_runner.runner_errors`)."""
+        from rl_zerosync.env_runner.runner_errors import raise_root_cause, runner_root_causes
 
         self._overlap_last_sampled = 0  # runner.overlap, remote runners: env steps of the last iteration
         with runner_root_causes() as errors:

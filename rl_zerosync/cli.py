@@ -67,7 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     x = sub.add_parser("export", help="the greedy policy of a checkpoint as TorchScript or ONNX (+ JSON metadata)",
                        description="Write the Q network, its greedy action choice and (routed mode) the routing "
                                    "rule as one file mapping (obs, market) -> (action, exposure, order type, "
-                                   "urgency), with its metadata beside it as <out>.json (rl_zerosync.export).")
+                                   "urgency), with its metadata beside it as <out>.json (rl_zerosync.serving.export).")
     x.add_argument("--checkpoint", required=True, metavar="DIR", help="run or checkpoint directory")
     x.add_argument("--which", choices=("best", "last"), default="best",
                    help="for a run directory: the best-validation checkpoint (default) or the last")
@@ -108,8 +108,8 @@ def _bench(args) -> int:
 
 
 def _walk_forward(args) -> int:
-    from rl_zerosync.settings import SettingsError, load
-    from rl_zerosync.walkforward import WalkForwardError, walk_forward
+    from rl_zerosync.config.settings import SettingsError, load
+    from rl_zerosync.run.walkforward import WalkForwardError, walk_forward
 
     if args.walk_forward is None or args.config is None or args.checkpoint is not None or args.data is not None:
         print("error: walk-forward evaluation takes --walk-forward K and --config FILE (not --checkpoint "
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     and its subclasses, ``FileNotFoundError``, the run-directory and checkpoint errors) print one
     line ``error: <file>: <what>`` to stderr and return 2; ``--debug`` (anywhere on the line) or
     ``RL_ZEROSYNC_DEBUG=1`` prints the full traceback first. ``train`` and ``evaluate
-    --walk-forward`` run :func:`rl_zerosync.preflight.check` on the loaded settings before anything
+    --walk-forward`` run :func:`rl_zerosync.run.preflight.check` on the loaded settings before anything
     else, so these errors come before Ray starts. Other exceptions propagate unchanged.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -169,8 +169,8 @@ def _preflight(args) -> None:
         return
     if getattr(args, "config", None) is None:
         return  # the command's own usage error follows
-    from rl_zerosync.preflight import check
-    from rl_zerosync.settings import load
+    from rl_zerosync.run.preflight import check
+    from rl_zerosync.config.settings import load
 
     settings = load(args.config, args.set)
     if walk and settings.data.get("source") not in ("csv", "parquet"):
@@ -185,7 +185,7 @@ def _input_error(err: BaseException) -> bool:
     if ray_exc is not None and isinstance(err, ray_exc.RayError):
         return False
     kinds: list[type] = [ValueError, FileNotFoundError]
-    for module, name in (("rl_zerosync.runlog", "RunDirError"), ("rl_zerosync.checkpoints", "CheckpointError")):
+    for module, name in (("rl_zerosync.rundir.runlog", "RunDirError"), ("rl_zerosync.rundir.checkpoints", "CheckpointError")):
         cls = getattr(sys.modules.get(module), name, None)
         if isinstance(cls, type):
             kinds.append(cls)
@@ -199,10 +199,10 @@ def _one_line(err: BaseException) -> str:
 
 def _command(args) -> int:
     if args.command == "train":
-        from rl_zerosync.checkpoints import CheckpointError
-        from rl_zerosync.runlog import RunDirError, RunLock, claim_run_dir
-        from rl_zerosync.settings import SettingsError, load
-        from rl_zerosync.train import train
+        from rl_zerosync.rundir.checkpoints import CheckpointError
+        from rl_zerosync.rundir.runlog import RunDirError, RunLock, claim_run_dir
+        from rl_zerosync.config.settings import SettingsError, load
+        from rl_zerosync.run.train import train
 
         try:
             settings = load(args.config, args.set)
@@ -213,7 +213,7 @@ def _command(args) -> int:
             print("error: --resume and --overwrite cannot be combined", file=sys.stderr)
             return 2
         if args.seeds is not None:
-            from rl_zerosync.seeds import parse_seeds, summary_line, train_seeds
+            from rl_zerosync.run.seeds import parse_seeds, summary_line, train_seeds
 
             if args.resume:
                 print("error: --seeds and --resume cannot be combined", file=sys.stderr)
@@ -250,7 +250,7 @@ def _command(args) -> int:
         if args.checkpoint is None:
             print("error: evaluate needs --checkpoint DIR (or --walk-forward K --config FILE)", file=sys.stderr)
             return 2
-        from rl_zerosync.evaluate import evaluate_checkpoint
+        from rl_zerosync.evaluation.evaluate import evaluate_checkpoint
 
         # A --set key outside data.* is a SettingsError (one line, exit 2) before anything loads.
         report = evaluate_checkpoint(args.checkpoint, data=args.data, out_dir=args.out, which=args.which,
@@ -258,7 +258,7 @@ def _command(args) -> int:
         print(report["summary_line"])
         return 0
     if args.command == "export":
-        from rl_zerosync.export import export_policy
+        from rl_zerosync.serving.export import export_policy
 
         try:
             res = export_policy(args.checkpoint, fmt=args.format, out=args.out, which=args.which)

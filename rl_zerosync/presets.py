@@ -10,7 +10,7 @@
   update every 1,000 learner updates, a tighter gradient clip, a slower epsilon decay, 64-step
   rollouts and no dueling head.
 
-Field names are the settings file's (``algo.*`` / ``model.*``); :func:`rl_zerosync.settings.to_rllib_config`
+Field names are the settings file's (``algo.*`` / ``model.*``); :func:`rl_zerosync.config.settings.to_rllib_config`
 maps them onto RLlib's names.
 """
 from __future__ import annotations

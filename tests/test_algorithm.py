@@ -6,7 +6,7 @@ from pathlib import Path
 import torch
 
 from rl_zerosync.algorithm import ZeroSyncDQN, updates_for
-from rl_zerosync.settings import load, to_rllib_config
+from rl_zerosync.config.settings import load, to_rllib_config
 
 SMOKE = Path(__file__).resolve().parent.parent / "configs" / "smoke.yaml"
 

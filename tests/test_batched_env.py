@@ -9,7 +9,7 @@ import torch
 
 from rl_zerosync.algorithm import ZeroSyncDQNConfig
 from rl_zerosync.envs import BatchedCartPole, BatchedEnv, register_batched_env
-from rl_zerosync.envs.protocol import CARTPOLE_ENV_ID, resolve_batched_env
+from rl_zerosync.envs.registry import CARTPOLE_ENV_ID, resolve_batched_env
 
 
 def _config(env, *, num_envs=32, T=16, model=None, **training):

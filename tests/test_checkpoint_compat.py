@@ -30,7 +30,7 @@ def _plain(value):
 
 
 def test_a_checkpoint_written_before_the_move_evaluates_to_the_same_numbers(old_run, tmp_path):
-    from rl_zerosync.evaluate import evaluate_checkpoint
+    from rl_zerosync.evaluation.evaluate import evaluate_checkpoint
 
     expected = json.loads((RUN / "evaluation_before_move.json").read_text())
     report = evaluate_checkpoint(old_run, out_dir=tmp_path / "eval")
@@ -39,8 +39,8 @@ def test_a_checkpoint_written_before_the_move_evaluates_to_the_same_numbers(old_
 
 
 def test_a_run_written_before_the_move_resumes(old_run, monkeypatch):
-    from rl_zerosync.settings import from_dict
-    from rl_zerosync.train import train
+    from rl_zerosync.config.settings import from_dict
+    from rl_zerosync.run.train import train
 
     monkeypatch.chdir(old_run.parents[1])
     raw = yaml.safe_load((old_run / "settings.yaml").read_text())

@@ -9,11 +9,11 @@ import shutil
 
 import pytest
 
-from rl_zerosync.checkpoints import (
+from rl_zerosync.rundir.checkpoints import (
     BEST_DIR, CHECKPOINT_DIR, KEEP_LAST, MANIFEST_FILE, CheckpointError, checkpoint_candidates,
     find_checkpoint, read_run_state, verified_checkpoint, verify_checkpoint, write_manifest,
 )
-from rl_zerosync.settings import from_dict
+from rl_zerosync.config.settings import from_dict
 from tiny_run import tiny_raw
 
 pytestmark = pytest.mark.usefixtures("ray_local")  # one Ray instance (conftest) for the module
@@ -34,7 +34,7 @@ def iterations(run_dir):
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """One tiny run of 3 iterations, a checkpoint after each: checkpoint/ (3), checkpoint.1/ (2)."""
-    from rl_zerosync.train import train
+    from rl_zerosync.run.train import train
 
     tmp = tmp_path_factory.mktemp("ckpt")
     train(settings(tmp, "run"))
@@ -86,7 +86,7 @@ DAMAGE = {
 @pytest.mark.parametrize("kind", DAMAGE)
 def test_damage_is_named_at_evaluate(run_copy, kind, capsys):
     from rl_zerosync.cli import main
-    from rl_zerosync.evaluate import evaluate_checkpoint
+    from rl_zerosync.evaluation.evaluate import evaluate_checkpoint
 
     damage, rel, what = DAMAGE[kind]
     damage(run_copy / CHECKPOINT_DIR / rel)
@@ -102,7 +102,7 @@ def test_damage_is_named_at_evaluate(run_copy, kind, capsys):
 
 @pytest.mark.parametrize("kind", DAMAGE)
 def test_resume_falls_back_to_the_previous_good_checkpoint(run_copy, kind, capsys):
-    from rl_zerosync.train import train
+    from rl_zerosync.run.train import train
 
     damage, rel, _ = DAMAGE[kind]
     damage(run_copy / CHECKPOINT_DIR / rel)
@@ -122,7 +122,7 @@ def test_resume_falls_back_to_the_previous_good_checkpoint(run_copy, kind, capsy
 
 
 def test_resume_refuses_when_every_checkpoint_is_damaged(run_copy, capsys):
-    from rl_zerosync.train import train
+    from rl_zerosync.run.train import train
 
     _scribble(run_copy / CHECKPOINT_DIR / WEIGHTS)
     (run_copy / "checkpoint.1" / "run_state.json").unlink()
@@ -137,7 +137,7 @@ def test_resume_refuses_when_every_checkpoint_is_damaged(run_copy, capsys):
 
 
 def test_a_checkpoint_without_a_manifest_loads_with_a_warning(run_copy, capsys):
-    from rl_zerosync.evaluate import load_module
+    from rl_zerosync.evaluation.evaluate import load_module
 
     ckpt = run_copy / CHECKPOINT_DIR
     (ckpt / MANIFEST_FILE).unlink()
@@ -165,8 +165,8 @@ def test_a_half_written_checkpoint_and_legacy_layouts_are_handled(tmp_path):
 
 
 def test_a_damaged_best_checkpoint_is_set_aside_at_resume(run_copy, capsys):
-    from rl_zerosync.evaluate import evaluate_checkpoint
-    from rl_zerosync.train import train
+    from rl_zerosync.evaluation.evaluate import evaluate_checkpoint
+    from rl_zerosync.run.train import train
 
     _truncate(run_copy / BEST_DIR / WEIGHTS)
     with pytest.raises(CheckpointError, match=f"{BEST_DIR}: damaged checkpoint: {WEIGHTS} has"):
@@ -187,7 +187,7 @@ def test_the_best_checkpoint_holds_the_policy_not_the_replay(trained, tmp_path):
     policy from it); checkpoint/ keeps them for resume. Both load into a fresh algorithm."""
     import pickle
 
-    from rl_zerosync.settings import to_rllib_config
+    from rl_zerosync.config.settings import to_rllib_config
 
     def learner_state(ckpt):
         return pickle.loads((ckpt / "learner_group" / "learner" / "state.pkl").read_bytes())

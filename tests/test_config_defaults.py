@@ -24,12 +24,12 @@ from rl_zerosync import actions
 from rl_zerosync.algorithm import ZeroSyncDQNConfig
 from rl_zerosync.env_runner.epsilon import DeviceEpsilonSchedule, normalize_epsilon_schedule
 from rl_zerosync.env_runner.runner_settings import RunnerSettings
-from rl_zerosync.envs.config import DataSettings
+from rl_zerosync.data.data_settings import DataSettings
 from rl_zerosync.envs.params import EnvParams
 from rl_zerosync.learner.learner_settings import DQN_FIELDS, LearnerSettings
 from rl_zerosync.module import make_module_spec
 from rl_zerosync.presets import API, SETTINGS_FILE, Preset
-from rl_zerosync.settings import (
+from rl_zerosync.config.settings import (
     AlgoSettings, ModelSettings, RunSettings, SettingsError, from_dict, load, to_rllib_config,
 )
 
@@ -135,7 +135,7 @@ def test_module_and_runner_fall_back_to_the_api_epsilon():
 def test_action_modes_are_defined_once():
     import rl_zerosync.env_runner.runner_settings as runner_settings
     import rl_zerosync.module as module
-    import rl_zerosync.settings as settings
+    import rl_zerosync.config.settings as settings
 
     assert module.ACTION_MODES is runner_settings.ACTION_MODES is settings.ACTION_MODES is actions.ACTION_MODES
     literal = ast.dump(ast.parse(repr(actions.ACTION_MODES)).body[0].value)
@@ -226,7 +226,7 @@ def test_errors_the_components_would_raise_later_are_raised_at_load(raw, needle)
 def test_positive_number_rule_is_the_same_in_a_file_and_in_the_config(key):
     """One rule (presets.check_positive_number) for a settings file and for ZeroSyncDQNConfig."""
     from rl_zerosync.algorithm import ZeroSyncDQNConfig
-    from rl_zerosync.settings import SettingsError, load
+    from rl_zerosync.config.settings import SettingsError, load
 
     with pytest.raises(SettingsError, match=rf"smoke\.yaml: algo\.{key} must be a number > 0, got 0\.0"):
         load(ROOT / "configs" / "smoke.yaml", [f"algo.{key}=0"])

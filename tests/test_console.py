@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from rl_zerosync.runlog import RUNNING_EPISODES, RunLog
+from rl_zerosync.rundir.runlog import RUNNING_EPISODES, RunLog
 
 
 def _result(it, episodes, ret=None, length=None):

@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rl_zerosync.envs import make_market
-from rl_zerosync.envs.loaders import resolve_periods_per_year
-from rl_zerosync.preflight import data_line
+from rl_zerosync.data import make_market
+from rl_zerosync.data.loaders import resolve_periods_per_year
+from rl_zerosync.run.preflight import data_line
 
 FEATURES = {"warmup": 10, "median_window": 20}
 

@@ -10,9 +10,10 @@ import pytest
 import torch
 
 gym_anytrading = pytest.importorskip("gym_anytrading")  # a dev dependency (real market data)
-from rl_zerosync.envs import BatchedTradingEnv, EnvParams, load_market, make_market
-from rl_zerosync.envs.loaders import corwin_schultz
-from rl_zerosync.envs.market import FeatureConfig
+from rl_zerosync.envs import BatchedTradingEnv, EnvParams
+from rl_zerosync.data import load_market, make_market
+from rl_zerosync.data.loaders import corwin_schultz
+from rl_zerosync.data.market import FeatureConfig
 
 FEATURES = {"warmup": 10, "median_window": 20}
 GOOGL = os.path.join(os.path.dirname(gym_anytrading.__file__), "datasets", "data", "STOCKS_GOOGL.csv")
@@ -71,7 +72,7 @@ def test_googl_loads_runs_a_random_episode_and_metrics_are_finite():
 
 
 def test_googl_evaluate_random_policy_metrics_finite():
-    from rl_zerosync.envs import evaluate_policy
+    from rl_zerosync.evaluation.backtest import evaluate_policy
 
     data = make_market({"source": "csv", "paths": [GOOGL]}, "test")
     gen = torch.Generator().manual_seed(1)

@@ -5,9 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from rl_zerosync.envs import EnvParams, evaluate_policy, make_market, synthetic_market
-from rl_zerosync.envs.market import FeatureConfig
-from rl_zerosync.envs.synthetic import REVERT, TREND, synthetic_series
+from rl_zerosync.envs import EnvParams
+from rl_zerosync.data import make_market, synthetic_market
+from rl_zerosync.evaluation.backtest import evaluate_policy
+from rl_zerosync.data.market import FeatureConfig
+from rl_zerosync.data.synthetic import REVERT, TREND, synthetic_series
 
 
 def test_same_seed_same_series_and_shapes():

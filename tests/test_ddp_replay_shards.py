@@ -144,7 +144,7 @@ def test_algorithm_one_runner_two_learners_splits_the_rollout(group):
     rollout, different halves, and samples with its own seed."""
     from pathlib import Path
 
-    from rl_zerosync.settings import load, to_rllib_config
+    from rl_zerosync.config.settings import load, to_rllib_config
 
     smoke = Path(__file__).resolve().parent.parent / "configs" / "smoke.yaml"
     cfg = to_rllib_config(load(smoke, ["algo.num_env_runners=1", "algo.num_learners=2"]))

@@ -122,7 +122,7 @@ def test_remote_env_runners_and_ddp_learners(tmp_path):
     assert rows[-1]["learners/default_policy/zerosync/skipped"] == 0
     # replay_ratio counts the transitions of both learners: K = ratio * steps / (batch * 2).
     from rl_zerosync.algorithm import updates_for
-    from rl_zerosync.settings import load
+    from rl_zerosync.config.settings import load
 
     algo = load(SMOKE).algo
     assert rows[-1]["num_updates_per_iteration"] == updates_for(2 * 16 * 32, algo.replay_ratio, algo.batch_size * 2)

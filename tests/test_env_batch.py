@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from rl_zerosync.envs import BatchedTradingEnv, EnvParams, TradingGymEnv, synthetic_market
-from rl_zerosync.envs.market import FeatureConfig, build_market, compute_features
-from rl_zerosync.envs.synthetic import synthetic_series
+from rl_zerosync.envs import BatchedTradingEnv, EnvParams, TradingGymEnv
+from rl_zerosync.data import synthetic_market
+from rl_zerosync.data.market import FeatureConfig, build_market, compute_features
+from rl_zerosync.data.synthetic import synthetic_series
 
 FEATURES = FeatureConfig(warmup=32, median_window=64)
 

@@ -6,7 +6,9 @@ from dataclasses import fields
 import pytest
 import torch
 
-from rl_zerosync.envs import BatchedTradingEnv, EnvParams, evaluate_policy, make_market
+from rl_zerosync.envs import BatchedTradingEnv, EnvParams
+from rl_zerosync.data import make_market
+from rl_zerosync.evaluation.backtest import evaluate_policy
 
 pytestmark = pytest.mark.gpu
 

@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from rl_zerosync.actions import encode
-from rl_zerosync.envs import BatchedTradingEnv, EnvParams, MarketData
+from rl_zerosync.envs import BatchedTradingEnv, EnvParams
+from rl_zerosync.data import MarketData
 from rl_zerosync.envs.core import init_state, make_tables, transition
-from rl_zerosync.envs.market import FeatureConfig
+from rl_zerosync.data.market import FeatureConfig
 
 CLOSE = [100.0, 101.0, 99.0, 102.0, 103.0, 101.0, 100.0, 104.0]
 SPREAD = 0.002

@@ -8,8 +8,10 @@ import pytest
 import torch
 
 from rl_zerosync.actions import encode
-from rl_zerosync.envs import EnvParams, evaluate_policy, make_market
-from rl_zerosync.envs.metrics import equity_curve, max_drawdown, performance_metrics
+from rl_zerosync.envs import EnvParams
+from rl_zerosync.data import make_market
+from rl_zerosync.evaluation.backtest import evaluate_policy
+from rl_zerosync.evaluation.metrics import equity_curve, max_drawdown, performance_metrics
 
 R = np.array([0.10, -0.20, 0.05, 0.0])
 

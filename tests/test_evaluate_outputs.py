@@ -33,8 +33,8 @@ def _prices(n: int, seed: int = 0) -> pd.DataFrame:
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, ray_instance):
     """A run trained for one iteration on a dated CSV with its own column names."""
-    from rl_zerosync.settings import from_dict
-    from rl_zerosync.train import train
+    from rl_zerosync.config.settings import from_dict
+    from rl_zerosync.run.train import train
 
     tmp = tmp_path_factory.mktemp("evalout")
     frame = _prices(N_ROWS)
@@ -176,8 +176,9 @@ def test_only_data_settings_with_a_checkpoint(run, capsys):
 def test_bar_and_portfolio_tables_without_timestamps():
     """Undated (synthetic) data: ``bar`` locates the rows; the portfolio is the mean of the assets'
     net returns, its benchmark the mean of the buy-and-hold rule's."""
-    from rl_zerosync.envs import EnvParams, make_market
-    from rl_zerosync.envs.backtest import bar_table, evaluate_policy, portfolio_table
+    from rl_zerosync.envs import EnvParams
+    from rl_zerosync.data import make_market
+    from rl_zerosync.evaluation.backtest import bar_table, evaluate_policy, portfolio_table
 
     data = make_market({"source": "synthetic", "num_assets": 3, "num_bars": 400, "seed": 1,
                         "features": {"warmup": 16}}, "test")

@@ -31,7 +31,7 @@ SETTINGS = {
 
 
 def _write_csv(path: Path) -> pd.DataFrame:
-    from rl_zerosync.envs.synthetic import synthetic_series
+    from rl_zerosync.data.synthetic import synthetic_series
 
     raw = synthetic_series(1, BARS, seed=3)
     close, spread = raw["close"][0], raw["spread"][0]
@@ -51,8 +51,8 @@ def setup(tmp_path_factory, ray_instance):
     raw = json.loads(json.dumps(SETTINGS))
     raw["data"]["paths"] = [str(tmp / "bars.csv")]
     raw["run"]["dir"] = str(tmp)
-    from rl_zerosync.settings import from_dict
-    from rl_zerosync.train import train
+    from rl_zerosync.config.settings import from_dict
+    from rl_zerosync.run.train import train
 
     with ray_instance(address="local", num_cpus=2):
         train(from_dict(raw))
@@ -64,12 +64,13 @@ def setup(tmp_path_factory, ray_instance):
 
 def _fabricate(run_dir: Path, raw: dict, mode: str) -> Path:
     """A checkpoint holding a fresh module of ``mode`` where ``evaluate`` loads it (no Ray run)."""
-    from rl_zerosync.checkpoints import write_manifest
-    from rl_zerosync.envs import EnvParams, make_market
+    from rl_zerosync.rundir.checkpoints import write_manifest
+    from rl_zerosync.envs import EnvParams
+    from rl_zerosync.data import make_market
     from rl_zerosync.envs.gym_twin import observation_space_for
-    from rl_zerosync.evaluate import MODULE_PATH
+    from rl_zerosync.evaluation.evaluate import MODULE_PATH
     from rl_zerosync.module import make_module_spec
-    from rl_zerosync.settings import from_dict
+    from rl_zerosync.config.settings import from_dict
 
     raw = {**raw, "model": {"action_mode": mode, "hidden": [16, 16], "dueling": True}}
     settings = from_dict(raw).to_dict()
@@ -116,15 +117,15 @@ def _reference(module, routing: dict, obs: torch.Tensor, market: torch.Tensor) -
 
 
 def _module(run_dir: Path):
-    from rl_zerosync.checkpoints import find_checkpoint
-    from rl_zerosync.evaluate import load_module
+    from rl_zerosync.rundir.checkpoints import find_checkpoint
+    from rl_zerosync.evaluation.evaluate import load_module
 
     return load_module(find_checkpoint(run_dir, "best"))
 
 
 @pytest.mark.parametrize("mode", ["routed", "flat", "branching"])
 def test_torchscript_matches_in_process_policy(setup, mode, tmp_path):
-    from rl_zerosync.export import METADATA_FILE, export_policy
+    from rl_zerosync.serving.export import METADATA_FILE, export_policy
 
     res = export_policy(setup[mode], "torchscript", tmp_path / "p.pt")
     meta = json.loads(Path(res["metadata_path"]).read_text())
@@ -154,7 +155,7 @@ def test_policy_observation_and_action_match_the_env(setup, mode):
     """Step the numpy env with Policy.act on the CSV's bars up to the env's bar: same observation,
     same routing inputs, and the env executes the same factored action."""
     from rl_zerosync.envs.numpy_twin import NumpyTradingEnv
-    from rl_zerosync.policy import Policy
+    from rl_zerosync.serving.policy import Policy
 
     policy = Policy.from_checkpoint(setup[mode])
     settings = yaml.safe_load((setup[mode] / "checkpoint" / "settings.yaml").read_text())
@@ -186,8 +187,8 @@ def test_policy_observation_and_action_match_the_env(setup, mode):
 
 
 def test_policy_from_export_and_array_inputs(setup, tmp_path):
-    from rl_zerosync.export import export_policy
-    from rl_zerosync.policy import Action, Policy
+    from rl_zerosync.serving.export import export_policy
+    from rl_zerosync.serving.policy import Action, Policy
 
     export_policy(setup["routed"], "torchscript", tmp_path / "p.pt")
     live = Policy.from_export(tmp_path / "p.pt")
@@ -208,7 +209,7 @@ def test_policy_from_export_and_array_inputs(setup, tmp_path):
 
 
 def test_bad_bars_are_named(setup):
-    from rl_zerosync.policy import Policy
+    from rl_zerosync.serving.policy import Policy
 
     policy = Policy.from_checkpoint(setup["flat"])
     bars = setup["frame"].iloc[:300].copy()
@@ -242,10 +243,10 @@ def test_export_errors(setup, tmp_path, monkeypatch, capsys):
     import importlib.util
     import shutil
 
-    from rl_zerosync.checkpoints import CheckpointError
+    from rl_zerosync.rundir.checkpoints import CheckpointError
     from rl_zerosync.cli import main
-    from rl_zerosync.export import export_policy
-    from rl_zerosync.policy import Policy
+    from rl_zerosync.serving.export import export_policy
+    from rl_zerosync.serving.policy import Policy
 
     with pytest.raises(ValueError, match="export format: expected one of"):
         export_policy(setup["flat"], "tflite")
@@ -281,7 +282,7 @@ def test_cli_export(setup, tmp_path, capsys):
 
 
 def test_onnx_matches_torchscript(setup, tmp_path):
-    from rl_zerosync.export import export_policy, missing_onnx_packages
+    from rl_zerosync.serving.export import export_policy, missing_onnx_packages
 
     missing = missing_onnx_packages()
     if missing:

@@ -116,7 +116,7 @@ def test_compiled_sampling_draws_the_same_indices():
 
 
 def _overlap_run(overlap: bool):
-    from rl_zerosync.settings import load, to_rllib_config
+    from rl_zerosync.config.settings import load, to_rllib_config
 
     s = load(SMOKE, ["runner.device=cuda", "algo.num_gpus_per_learner=1", "learner.graph=true",
                      "algo.learning_starts=0", "run.evaluate=false", f"runner.overlap={str(overlap).lower()}"])

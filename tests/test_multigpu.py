@@ -44,7 +44,7 @@ def _placement(algo) -> dict:
 
 
 def test_two_runners_two_learners_share_two_gpus(ray_local):
-    from rl_zerosync.settings import load, to_rllib_config
+    from rl_zerosync.config.settings import load, to_rllib_config
 
     settings = load(ROOT / "configs" / "two_gpu.yaml", [
         "algo.learning_starts=0", "algo.num_envs_per_runner=256", "algo.rollout_length=16", "algo.batch_size=128"])

@@ -4,7 +4,7 @@ driver on the head; a killed runner is restarted, a lost node fails the run with
 Both nodes are ``ray start --block`` processes, each the leader of its own process group with its
 own ``--temp-dir``: SIGKILL to that group and to the processes below it takes one node down (a
 crash) and is how the fixture cleans up, even when the test fails. The driver joins the head the way ``rl-zerosync
-train`` does with ``RAY_ADDRESS`` set (:func:`rl_zerosync.train.init_ray`).
+train`` does with ``RAY_ADDRESS`` set (:func:`rl_zerosync.run.train.init_ray`).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import pytest
 import ray
 
 from rl_zerosync.algorithm import EnvRunnersLostError, ZeroSyncDQNConfig, lost_runners_message
-from rl_zerosync.settings import SettingsError, apply_overrides, from_dict, to_rllib_config
+from rl_zerosync.config.settings import SettingsError, apply_overrides, from_dict, to_rllib_config
 from tiny_run import tiny_raw
 
 BIN = Path(sys.executable).parent
@@ -226,7 +226,7 @@ def cluster(monkeypatch) -> Iterator[Cluster]:
         address = (head.temp_dir / "ray_current_cluster").read_text().strip()
         monkeypatch.setenv("RAY_ADDRESS", address)
         monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-        from rl_zerosync.train import init_ray
+        from rl_zerosync.run.train import init_ray
 
         init_ray(_settings())  # joins before any worker node exists: the driver is on the head
         yield Cluster(head, address, root, nodes)

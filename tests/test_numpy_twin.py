@@ -18,13 +18,12 @@ import torch
 from gymnasium.utils.env_checker import check_env
 
 import rl_zerosync.envs  # noqa: F401  (registers the gymnasium ids)
-from rl_zerosync.envs import (
-    ENV_ID, ENV_ID_IMPORTABLE, TORCH_ENV_ID, EnvParams, NumpyTradingEnv, TradingGymEnv, synthetic_market,
-)
+from rl_zerosync.envs import ENV_ID, ENV_ID_IMPORTABLE, TORCH_ENV_ID, EnvParams, NumpyTradingEnv, TradingGymEnv
+from rl_zerosync.data import synthetic_market
 from rl_zerosync.envs.core import (
     STREAM_FILL, STREAM_RESET, init_state, make_tables, observe, reset_state, route_inputs, step_with_info,
 )
-from rl_zerosync.envs.market import FeatureConfig
+from rl_zerosync.data.market import FeatureConfig
 from rl_zerosync.envs.numpy_twin import fill_uniform, random_bits, reset_draw
 from rl_zerosync.kernels import rng
 from rl_zerosync.kernels.reference import route

@@ -11,7 +11,7 @@ import torch
 
 from rl_zerosync.algorithm import updates_for
 from rl_zerosync.env_runner.runner_settings import RunnerSettings
-from rl_zerosync.settings import load, to_rllib_config
+from rl_zerosync.config.settings import load, to_rllib_config
 
 SMOKE = Path(__file__).resolve().parent.parent / "configs" / "smoke.yaml"
 EACH = ["algo.learning_starts=0", "run.evaluate=false"]

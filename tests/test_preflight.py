@@ -20,10 +20,10 @@ import yaml
 # Imported at collection, not inside a capsys test: RunLog's default stream and Ray's log handlers
 # bind sys.stdout / sys.stderr at import, and a test's captured streams are closed after it.
 import rl_zerosync.env_runner  # noqa: F401,E402  (imports Ray and RLlib)
-import rl_zerosync.train  # noqa: F401,E402
+import rl_zerosync.run.train  # noqa: F401,E402
 from rl_zerosync import cli
-from rl_zerosync.preflight import PreflightError, _gpus_needed, check, check_gpus
-from rl_zerosync.settings import from_dict, load
+from rl_zerosync.run.preflight import PreflightError, _gpus_needed, check, check_gpus
+from rl_zerosync.config.settings import from_dict, load
 
 ROOT = Path(__file__).resolve().parent.parent
 LIMIT_S = 10.0
@@ -82,7 +82,7 @@ def _yaml(path: Path, cfg) -> Path:
 @pytest.fixture
 def no_train(monkeypatch):
     """``train()`` must never be reached by a failing config; a passing one records its settings."""
-    import rl_zerosync.train as train_module
+    import rl_zerosync.run.train as train_module
 
     seen = []
 
@@ -259,13 +259,13 @@ def test_segments_checked_and_regenerate_uses_the_whole_series(data_dir):
 
 def test_gpu_requests_skip_on_a_cluster_and_pack_like_ray(monkeypatch, data_dir):
     s = from_dict(_csv_cfg(data_dir, algo={"num_gpus_per_learner": 1, "num_learners": 2}), source="c.yaml")
-    monkeypatch.setattr("rl_zerosync.preflight._cuda_state", lambda: (1, ""))
+    monkeypatch.setattr("rl_zerosync.run.preflight._cuda_state", lambda: (1, ""))
     with pytest.raises(PreflightError, match=r"c\.yaml: algo\.num_gpus_per_learner: the config asks for 2 GPUs .* has 1"):
         check_gpus(s)
     monkeypatch.setenv("RAY_ADDRESS", "ray://head:10001")
     assert "RAY_ADDRESS" in check_gpus(s)["skipped"]
     monkeypatch.delenv("RAY_ADDRESS")
-    monkeypatch.setattr("rl_zerosync.preflight._cuda_state", lambda: (2, ""))
+    monkeypatch.setattr("rl_zerosync.run.preflight._cuda_state", lambda: (2, ""))
     assert check_gpus(s) == {"needed": 2, "checked": True, "available": 2}
     assert _gpus_needed([("l", 0.4, 2), ("r", 0.6, 2)]) == 2  # two_gpu.yaml
     assert _gpus_needed([("l", 1, 2), ("r", 0.5, 4)]) == 4  # cluster.yaml

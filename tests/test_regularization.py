@@ -27,7 +27,7 @@ from rl_zerosync.module import (
     ZeroSyncQModule,
     make_module_spec,
 )
-from rl_zerosync.settings import SettingsError, from_dict, to_rllib_config
+from rl_zerosync.config.settings import SettingsError, from_dict, to_rllib_config
 
 from learner_helpers import OBS_DIM, rollout, snapshot  # noqa: E402
 OBS = gym.spaces.Box(-1.0, 1.0, (OBS_DIM,), np.float32)

@@ -8,7 +8,7 @@ import pytest
 from ray.rllib.callbacks.callbacks import RLlibCallback
 
 from rl_zerosync.algorithm import DEFAULT_NUM_ENVS, DEFAULT_ROLLOUT_LENGTH, ZeroSyncDQNConfig
-from rl_zerosync.envs.protocol import CARTPOLE_ENV_ID
+from rl_zerosync.envs.registry import CARTPOLE_ENV_ID
 
 
 class CountSamples(RLlibCallback):

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from rl_zerosync.checkpoints import CHECKPOINT_DIR, read_run_state
-from rl_zerosync.runlog import (
+from rl_zerosync.rundir.checkpoints import CHECKPOINT_DIR, read_run_state
+from rl_zerosync.rundir.runlog import (
     LOCK_FILE, RunDirError, RunLock, _proc_start, claim_run_dir, clear_run_dir, run_outputs, truncate_metrics,
 )
 from tiny_run import tiny_raw
@@ -220,7 +220,7 @@ BASE = tiny_raw({"iterations": 4, "checkpoint_every": 2, "eval_every": 0, "evalu
 
 
 def _settings(tmp, iterations):
-    from rl_zerosync.settings import from_dict
+    from rl_zerosync.config.settings import from_dict
 
     raw = json.loads(json.dumps(BASE))
     raw["run"].update(dir=str(tmp), name="run", iterations=iterations, eval_every=iterations)
@@ -230,7 +230,7 @@ def _settings(tmp, iterations):
 @pytest.fixture(scope="module")
 def four_iterations(ray_local, tmp_path_factory):
     """A run of 4 iterations with checkpoints at 2 and 4 (checkpoint.1/ and checkpoint/)."""
-    from rl_zerosync.train import train
+    from rl_zerosync.run.train import train
 
     tmp = tmp_path_factory.mktemp("four")
     train(_settings(tmp, 4))
@@ -291,7 +291,7 @@ def _tb_events(path: Path):
 def test_resume_after_a_kill_leaves_every_iteration_once(four_iterations, tmp_path, kill, capsys):
     from tensorboardX.proto import event_pb2
 
-    from rl_zerosync.train import train
+    from rl_zerosync.run.train import train
 
     run_dir = tmp_path / "run"
     shutil.copytree(four_iterations, run_dir)

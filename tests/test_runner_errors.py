@@ -1,5 +1,5 @@
 """Remote env runners that fail in their constructors: the setup error names the runners' root
-cause (:mod:`rl_zerosync.runner_errors`), not RLlib's ``IndexError`` from ``get_spaces``."""
+cause (:mod:`rl_zerosync.env_runner.runner_errors`), not RLlib's ``IndexError`` from ``get_spaces``."""
 from __future__ import annotations
 
 import time
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from rl_zerosync.runner_errors import root_cause
-from rl_zerosync.settings import load, to_rllib_config
+from rl_zerosync.env_runner.runner_errors import root_cause
+from rl_zerosync.config.settings import load, to_rllib_config
 
 SMOKE = Path(__file__).resolve().parent.parent / "configs" / "smoke.yaml"
 

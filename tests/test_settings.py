@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from rl_zerosync.settings import SettingsError, apply_overrides, from_dict, load, to_rllib_config
+from rl_zerosync.config.settings import SettingsError, apply_overrides, from_dict, load, to_rllib_config
 
 CONFIGS = sorted((Path(__file__).resolve().parent.parent / "configs").glob("*.yaml"))
 
@@ -72,7 +72,7 @@ def test_overrides_parse_yaml_values():
 
 
 def test_rllib_names_are_accepted_in_algo(tmp_path):
-    from rl_zerosync.settings import SettingsError, from_dict, load
+    from rl_zerosync.config.settings import SettingsError, from_dict, load
 
     s = from_dict({"algo": {"train_batch_size_per_learner": 256, "num_steps_sampled_before_learning_starts": 500,
                             "rollout_fragment_length": 16, "num_envs_per_env_runner": 8}})

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from rl_zerosync.envs import BatchedTradingEnv, EnvParams, make_market
+from rl_zerosync.envs import BatchedTradingEnv, EnvParams
+from rl_zerosync.data import make_market
 
 
 def _env(stagger: bool, n: int = 64):

@@ -2,8 +2,8 @@
 
 * No import cycles between ``rl_zerosync`` modules through module-level imports (those that run when
   a module is imported).
-* Cycles that close only through imports inside functions (lazy imports) are reported by a separate
-  test, which fails on any such cycle not listed in :data:`KNOWN_LAZY_CYCLES`.
+* No cycles through imports inside functions (lazy imports) either, and none between folders: the
+  folders (:data:`ROOMS`) and the few top-level modules (:data:`TOP_LEVEL_MODULES`) stack up in floors.
 * One name per room: no two modules under ``rl_zerosync/`` share a file name (``__init__.py`` aside),
   so a file name alone says which module is meant.
 * Public views only: no test, benchmark or example reads a private attribute of the learner, the GPU
@@ -22,7 +22,7 @@ from __future__ import annotations
 import ast
 from collections import defaultdict
 from pathlib import Path
-from typing import Dict, FrozenSet, Iterator, List, Optional, Set
+from typing import Dict, Iterator, List, Optional, Set
 
 PACKAGE = "rl_zerosync"
 ROOT = Path(__file__).resolve().parents[1] / PACKAGE
@@ -163,19 +163,6 @@ def _report(cycles: List[List[str]]) -> str:
     return "import cycles:\n" + "\n".join("  " + " -> ".join(c) for c in cycles)
 
 
-# Cycles that close only through lazy (function-level) imports and that moving imports alone cannot
-# remove (it would take moving functions between modules). Each entry is the set of modules of one
-# strongly connected component of the graph with lazy imports, and why the circle is there.
-KNOWN_LAZY_CYCLES: Dict[FrozenSet[str], str] = {
-    frozenset({"rl_zerosync.envs.config", "rl_zerosync.envs.fresh"}):
-        "config.check_data_keys validates data.regenerate_every with fresh.regenerate_every; "
-        "fresh.build_training_market builds each fresh series with config.make_market",
-    frozenset({"rl_zerosync.envs.protocol", "rl_zerosync.envs.batched", "rl_zerosync.envs.cartpole"}):
-        "the batched-env registry in protocol registers the built-in envs (BatchedTradingEnv, "
-        "BatchedCartPole) on first use; both subclass protocol.BatchedEnv",
-}
-
-
 def test_graph_sees_the_package():
     graph = import_graph()
     assert "rl_zerosync.envs" in graph and "rl_zerosync.learner.replay" in graph
@@ -205,17 +192,59 @@ def test_no_module_level_import_cycles():
     assert not cycles, _report(cycles)
 
 
-def test_import_cycles_counting_lazy_imports():
-    """Imports inside functions count too: a lazy import that closes a circle only hides it.
+def test_no_import_cycles_counting_lazy_imports():
+    """Imports inside functions count too: a lazy import that closes a circle only hides it."""
+    cycles = find_cycles(import_graph(lazy=True))
+    assert not cycles, _report(cycles)
 
-    Fails on a cycle not in :data:`KNOWN_LAZY_CYCLES` (or a known one that grew), and on a listed one
-    that is gone, so that the list stays true; the message prints one concrete cycle of each."""
-    graph = import_graph(lazy=True)
-    components = {frozenset(c): c for c in strongly_connected_components(graph)}
-    new = [c for key, c in components.items() if key not in KNOWN_LAZY_CYCLES]
-    gone = [sorted(key) for key in KNOWN_LAZY_CYCLES if key not in components]
-    assert not new, "new " + _report([_one_cycle(graph, set(c)) for c in new])
-    assert not gone, f"listed in KNOWN_LAZY_CYCLES but no longer a cycle (remove them from the list): {gone}"
+
+# ---------------------------------------------------------------- folders by role
+TOP_LEVEL_MODULES = frozenset({"__init__", "__main__", "actions", "algorithm", "cli", "module", "presets"})
+"""The only modules at the top of the package: the action layout, the DQN presets, the CLI and the
+classes RLlib pickles into checkpoints by their module path (``algorithm``, ``module``)."""
+ROOMS = frozenset({"config", "data", "env_runner", "envs", "evaluation", "kernels", "learner", "run", "rundir",
+                   "serving"})
+"""The folders of the package, one role each (``docs/ARCHITECTURE.md`` opens with the map)."""
+
+
+def room_of(module: str) -> str:
+    """``rl_zerosync.data.market`` -> ``data``; a top-level module is a room of its own."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else PACKAGE
+
+
+def room_graph(graph: Dict[str, Set[str]]) -> Dict[str, Set[str]]:
+    """The module graph folded onto rooms (folders and top-level modules), without self-edges."""
+    rooms: Dict[str, Set[str]] = defaultdict(set)
+    for source, targets in graph.items():
+        rooms[room_of(source)]
+        for target in targets:
+            if room_of(target) != room_of(source):
+                rooms[room_of(source)].add(room_of(target))
+    return dict(rooms)
+
+
+def test_room_graph_folds_modules_onto_folders():
+    graph = {"rl_zerosync.data.market": set(), "rl_zerosync.envs.core": {"rl_zerosync.data.market",
+                                                                        "rl_zerosync.envs.params"},
+             "rl_zerosync.envs.params": {"rl_zerosync.actions"}, "rl_zerosync.actions": set()}
+    assert room_graph(graph) == {"data": set(), "envs": {"data", "actions"}, "actions": set()}
+    assert find_cycles(room_graph({"rl_zerosync.a.x": {"rl_zerosync.b.y"}, "rl_zerosync.b.y": {"rl_zerosync.a.z"},
+                                   "rl_zerosync.a.z": set()})) == [["a", "b", "a"]]
+
+
+def test_imports_between_folders_run_one_way():
+    """No circle between rooms either (lazy imports counted): the folders stack up in floors."""
+    cycles = find_cycles(room_graph(import_graph(lazy=True)))
+    assert not cycles, "import circles between folders:\n" + "\n".join("  " + " -> ".join(c) for c in cycles)
+
+
+def test_top_level_holds_only_the_listed_modules_and_folders():
+    modules = {p.stem for p in ROOT.glob("*.py")}
+    folders = {p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
+    assert modules == TOP_LEVEL_MODULES, f"top-level modules outside the listed few: {sorted(modules - TOP_LEVEL_MODULES)}" \
+        f"; missing: {sorted(TOP_LEVEL_MODULES - modules)}"
+    assert folders == ROOMS, f"folders: unexpected {sorted(folders - ROOMS)}, missing {sorted(ROOMS - folders)}"
 
 
 def test_no_two_modules_share_a_file_name():
@@ -231,7 +260,7 @@ def test_no_two_modules_share_a_file_name():
 # ---------------------------------------------------------------- public views, not private attributes
 REPO = ROOT.parent
 HOLDERS_OF_PRIVATE_STATE = ("learner/dqn_learner.py", "env_runner/gpu_env_runner.py", "learner/replay.py",
-                            "module.py", "envs/walk.py")
+                            "module.py", "evaluation/walk.py")
 """Sources whose ``self._name`` attributes callers outside the package must not touch."""
 RLLIB_PRIVATE_WITH_PUBLIC_VIEW = {
     "_device": "learner.device",

@@ -5,7 +5,7 @@ import pytest
 
 
 def test_find_checkpoint_falls_back_to_the_previous_complete_one(tmp_path):
-    from rl_zerosync.checkpoints import find_checkpoint
+    from rl_zerosync.rundir.checkpoints import find_checkpoint
 
     (tmp_path / "checkpoint.old").mkdir()
     (tmp_path / "checkpoint.old" / "rllib_checkpoint.json").write_text("{}")
@@ -19,7 +19,7 @@ def test_find_checkpoint_falls_back_to_the_previous_complete_one(tmp_path):
 
 
 def test_find_checkpoint_prefers_best_when_asked(tmp_path):
-    from rl_zerosync.checkpoints import find_checkpoint
+    from rl_zerosync.rundir.checkpoints import find_checkpoint
 
     for name in ("checkpoint", "checkpoint_best"):
         (tmp_path / name).mkdir()

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from rl_zerosync.settings import from_dict
+from rl_zerosync.config.settings import from_dict
 from tiny_run import tiny_raw
 
 pytestmark = pytest.mark.usefixtures("ray_local")  # one Ray instance (conftest) for the module
@@ -27,7 +27,7 @@ def _rows(run_dir):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    from rl_zerosync.train import train
+    from rl_zerosync.run.train import train
 
     tmp = tmp_path_factory.mktemp("runs")
     out = {}
@@ -79,7 +79,7 @@ def test_same_seed_same_run_other_seed_other_run(runs):
 
 
 def test_seed_reaches_the_env_episode_schedule():
-    from rl_zerosync.settings import to_rllib_config
+    from rl_zerosync.config.settings import to_rllib_config
 
     def first_episodes(seed):
         s = from_dict({**json.loads(json.dumps(BASE)), "run": {**BASE["run"], "seed": seed}})
@@ -95,7 +95,7 @@ def test_seed_reaches_the_env_episode_schedule():
 
 
 def test_resume_keeps_the_best_so_far(tmp_path):
-    from rl_zerosync.train import train
+    from rl_zerosync.run.train import train
 
     train(_settings(tmp_path, "r", run={"iterations": 2, "evaluate": False}))
     first = json.loads((tmp_path / "r" / "checkpoint_best" / "run_state.json").read_text())["best"]
@@ -108,7 +108,7 @@ def test_resume_keeps_the_best_so_far(tmp_path):
 
 
 def test_fresh_training_series_are_drawn_every_n_rollouts(tmp_path):
-    from rl_zerosync.settings import to_rllib_config
+    from rl_zerosync.config.settings import to_rllib_config
 
     s = _settings(tmp_path, "f", data={"regenerate_every": 2})
     algo = to_rllib_config(s).build_algo()

@@ -11,13 +11,16 @@ import pytest
 import torch
 
 from rl_zerosync.actions import OrderType, Urgency, encode
-from rl_zerosync.envs import EnvParams, evaluate_policy, make_market
+from rl_zerosync.envs import EnvParams
+from rl_zerosync.data import make_market
+from rl_zerosync.evaluation.backtest import evaluate_policy
 from rl_zerosync.envs.core import init_state, make_tables, observe, transition
-from rl_zerosync.envs.backtest import best_rule, rule_metrics
-from rl_zerosync.envs.fresh import FreshSeries, build_training_market, regenerate_every, training_seed
-from rl_zerosync.envs.rules import LOOKBACKS, THRESHOLDS, RuleWalk, choose, parse_label, variants
-from rl_zerosync.envs.walk import SegmentWalk
-from rl_zerosync.seeds import mean_ci95, parse_seeds
+from rl_zerosync.evaluation.backtest import best_rule, rule_metrics
+from rl_zerosync.data.data_settings import regenerate_every
+from rl_zerosync.data.fresh import FreshSeries, build_training_market, training_seed
+from rl_zerosync.evaluation.rules import LOOKBACKS, THRESHOLDS, RuleWalk, choose, parse_label, variants
+from rl_zerosync.evaluation.walk import SegmentWalk
+from rl_zerosync.run.seeds import mean_ci95, parse_seeds
 
 PARAMS = EnvParams(episode_len=40, window=8, fill_mode="stochastic")
 
@@ -135,8 +138,8 @@ def test_choose_takes_the_highest_mean_sharpe_per_rule():
 
 
 def test_selection_tracks_best_and_stops_after_patience():
-    from rl_zerosync.settings import from_dict
-    from rl_zerosync.train import _Selection
+    from rl_zerosync.config.settings import from_dict
+    from rl_zerosync.run.train import _Selection
 
     s = from_dict({"run": {"early_stop_patience": 2}, "data": {"source": "synthetic"}})
     sel = _Selection(s, {})
@@ -157,7 +160,7 @@ def test_selection_tracks_best_and_stops_after_patience():
 
 
 def test_eval_every_default_gives_about_twenty_passes():
-    from rl_zerosync.settings import SettingsError, from_dict
+    from rl_zerosync.config.settings import SettingsError, from_dict
 
     assert from_dict({"run": {"iterations": 100}, "data": {"source": "synthetic"}}).eval_every == 5
     assert from_dict({"run": {"iterations": 3}, "data": {"source": "synthetic"}}).eval_every == 1

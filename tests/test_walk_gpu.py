@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from rl_zerosync.envs import EnvParams, make_market
-from rl_zerosync.envs.rules import RuleWalk
-from rl_zerosync.envs.walk import SegmentWalk
+from rl_zerosync.envs import EnvParams
+from rl_zerosync.data import make_market
+from rl_zerosync.evaluation.rules import RuleWalk
+from rl_zerosync.evaluation.walk import SegmentWalk
 from rl_zerosync.module import make_module_spec
 
 pytestmark = pytest.mark.gpu
@@ -22,7 +23,7 @@ def _module(device):
     import gymnasium as gym
 
     from rl_zerosync.env_runner.gpu_env_runner import observation_space
-    from rl_zerosync.envs import FeatureConfig
+    from rl_zerosync.data import FeatureConfig
 
     spec = make_module_spec(observation_space=observation_space(PARAMS, FeatureConfig(warmup=64)),
                             action_space=gym.spaces.Discrete(5), action_mode="routed", hidden=[64, 64])
@@ -76,8 +77,8 @@ def test_rule_walk_on_gpu_matches_cpu():
 
 
 def test_validator_captures_its_pass_on_the_learner_gpu(tmp_path, ray_instance):
-    from rl_zerosync.settings import from_dict, to_rllib_config
-    from rl_zerosync.validation import Validator
+    from rl_zerosync.config.settings import from_dict, to_rllib_config
+    from rl_zerosync.evaluation.validation import Validator
 
     raw = {
         "run": {"dir": str(tmp_path), "name": "v", "iterations": 2},

@@ -14,10 +14,10 @@ import pytest
 import torch
 import yaml
 
-from rl_zerosync.envs import make_market
-from rl_zerosync.envs.market import SPLITS, TENSOR_FIELDS
-from rl_zerosync.settings import SettingsError, from_dict, load
-from rl_zerosync.walkforward import (
+from rl_zerosync.data import make_market
+from rl_zerosync.data.market import SPLITS, TENSOR_FIELDS
+from rl_zerosync.config.settings import SettingsError, from_dict, load
+from rl_zerosync.run.walkforward import (
     RESULT_FILE, WalkForwardError, fold_line, fold_windows, pool, pooled_line, walk_forward,
 )
 
@@ -142,7 +142,7 @@ def test_fold_bars_no_overlap_no_look_ahead(k, fr):
 @pytest.mark.parametrize("n", [401, 997, 2335, 10007])
 def test_test_segments_adjacent_for_any_length(n):
     """Float rounding never shifts a shared fold boundary by a bar (any K, any fractions)."""
-    from rl_zerosync.envs.market import FeatureConfig, build_market
+    from rl_zerosync.data.market import FeatureConfig, build_market
 
     close = 100.0 * np.exp(np.cumsum(np.random.default_rng(n).normal(0.0, 0.01, n)))
     market = build_market([close], [np.full(n, 1e-4)], features=FeatureConfig(warmup=4, median_window=8))
@@ -219,7 +219,7 @@ def test_synthetic_data_is_rejected(tmp_path):
 
 
 def test_every_fold_is_checked_before_training(tmp_path, monkeypatch):
-    import rl_zerosync.train as train_module
+    import rl_zerosync.run.train as train_module
 
     monkeypatch.setattr(train_module, "train", lambda *a, **k: pytest.fail("trained before checking"))
     with pytest.raises(WalkForwardError, match=r"fold 0 of 12 .*episode_len=400"):
@@ -235,7 +235,7 @@ def _fake_summary(i: int) -> dict:
 
 
 def test_walk_forward_collects_folds_and_pools(tmp_path, monkeypatch):
-    import rl_zerosync.train as train_module
+    import rl_zerosync.run.train as train_module
 
     seen = []
 
@@ -267,7 +267,7 @@ def test_walk_forward_collects_folds_and_pools(tmp_path, monkeypatch):
 
 
 def test_walk_forward_tiles_a_configured_window(tmp_path, monkeypatch):
-    import rl_zerosync.train as train_module
+    import rl_zerosync.run.train as train_module
 
     seen = []
     monkeypatch.setattr(train_module, "train",
@@ -279,7 +279,7 @@ def test_walk_forward_tiles_a_configured_window(tmp_path, monkeypatch):
 
 
 def test_walk_forward_stops_at_an_interrupted_fold(tmp_path, monkeypatch):
-    import rl_zerosync.train as train_module
+    import rl_zerosync.run.train as train_module
 
     results = iter([{"evaluation": {"summary": _fake_summary(0)}}, {}])
     monkeypatch.setattr(train_module, "train", lambda s, **kw: next(results))
@@ -310,7 +310,7 @@ def test_cli_argument_errors(tmp_path, capsys):
 
 
 def test_googl_config_fits_every_fold_up_to_30():
-    from rl_zerosync.walkforward import _fold_settings, fold_segments
+    from rl_zerosync.run.walkforward import _fold_settings, fold_segments
 
     s = load(ROOT / "configs" / "walkforward_googl.yaml")
     assert Path(s.data["paths"][0]) == Path("benchmarks/data/STOCKS_GOOGL.csv")

@@ -60,10 +60,13 @@ from rl_zerosync.env_runner.episodes import EpisodeBuilder
 from rl_zerosync.env_runner.rollout import EXPLORE, GREEDY, RANDOM, ROLLOUT_KEYS, ROUTING_KEYS, DeviceRollout
 from rl_zerosync.env_runner.runner_settings import RunnerSettings, action_mode_from_model_config
 from rl_zerosync.env_runner.weights import copy_weights_in_place
-from rl_zerosync.envs import BatchedTradingEnv, EnvParams, make_market
+from rl_zerosync.envs import BatchedTradingEnv, EnvParams
+from rl_zerosync.data import make_market
 from rl_zerosync.envs.batched import observation_space  # noqa: F401  (re-exported by env_runner)
-from rl_zerosync.envs.protocol import BatchedEnv, resolve_batched_env, spaces_of
-from rl_zerosync.envs.fresh import FreshSeries, regenerate_every
+from rl_zerosync.envs.protocol import BatchedEnv
+from rl_zerosync.envs.registry import resolve_batched_env, spaces_of
+from rl_zerosync.data.data_settings import regenerate_every
+from rl_zerosync.data.fresh import FreshSeries
 from rl_zerosync.kernels import get_kernels
 from rl_zerosync.presets import API
 

@@ -13,7 +13,7 @@ from rl_zerosync.actions import NUM_ACTIONS
 from rl_zerosync.kernels.rng import STREAM_USER_BASE, bits24
 from rl_zerosync.envs.core import EnvState, EnvTables, env_step, init_state, make_tables, observe, route_inputs
 from rl_zerosync.envs.episode_stats import EP_INDEX, METRICS_SIZE, metrics_names
-from rl_zerosync.envs.market import FeatureConfig, MarketData
+from rl_zerosync.data.market import FeatureConfig, MarketData
 from rl_zerosync.envs.params import EnvParams
 from rl_zerosync.envs.protocol import BatchedEnv
 

@@ -30,7 +30,7 @@ from rl_zerosync.actions import NUM_ACTIONS, decode_t
 from rl_zerosync.envs.episode_stats import (
     COMPLETED_INDEX, EP_FIELDS, EP_INDEX, METRICS_SIZE, NUM_COMPLETED,
 )
-from rl_zerosync.envs.market import MarketData
+from rl_zerosync.data.market import MarketData
 from rl_zerosync.envs.params import EnvParams
 from rl_zerosync.kernels.rng import GOLDEN, MASK32, STREAM_USER_BASE, hash32, random_bits, uniform24
 

@@ -35,7 +35,7 @@ import torch
 
 from rl_zerosync.actions import ACTION_MODES, NUM_ACTIONS, NUM_EXPOSURES
 from rl_zerosync.envs.core import EnvState, init_state, make_tables, observe, reset_state, route_inputs, step_with_info
-from rl_zerosync.envs.market import MarketData
+from rl_zerosync.data.market import MarketData
 from rl_zerosync.envs.params import EnvParams
 
 ENV_ID = "rl_zerosync/Trading-v0"
@@ -66,7 +66,7 @@ def parse_env_config(env_config: Mapping[str, Any] | None, kwargs: Mapping[str, 
     if isinstance(data, MarketData):
         data = data.to("cpu")
     else:
-        from rl_zerosync.envs.config import make_market
+        from rl_zerosync.data.data_settings import make_market
 
         data = make_market(data, split=cfg.get("split", "train")).to("cpu")
     env_cfg = cfg.get("env")

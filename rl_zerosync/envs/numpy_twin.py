@@ -37,7 +37,7 @@ from rl_zerosync.actions import NUM_ACTIONS, NUM_EXPOSURES
 from rl_zerosync.envs.core import STREAM_FILL, STREAM_RESET, make_tables
 from rl_zerosync.envs.episode_stats import ACTION_COUNT_OFFSET, COMPLETED_INDEX, METRICS_SIZE
 from rl_zerosync.envs.gym_twin import observation_space_for, parse_env_config
-from rl_zerosync.envs.market import MarketData
+from rl_zerosync.data.market import MarketData
 from rl_zerosync.envs.params import EnvParams
 from rl_zerosync.kernels.rng import GOLDEN, HASH_MUL, MASK32, seed_key
 

@@ -5,9 +5,9 @@ trades every bar up to the second-to-last one (the last return it earns is into 
 the same execution as training (:func:`rl_zerosync.envs.core.execute`). Position and equity carry
 over the whole segment; the progress feature of the observation cycles every ``episode_len`` steps
 as in training episodes; ``stop_drawdown`` is not applied. All assets step together on ``device``
-(:class:`~rl_zerosync.envs.walk.SegmentWalk`: no per-step host read, CUDA graphs on the GPU); the
+(:class:`~rl_zerosync.evaluation.walk.SegmentWalk`: no per-step host read, CUDA graphs on the GPU); the
 per-bar records are copied to the host once at the end. The rule baselines
-(:mod:`rl_zerosync.envs.rules`) walk the same bars in one more batched walk.
+(:mod:`rl_zerosync.evaluation.rules`) walk the same bars in one more batched walk.
 
 :func:`bar_table` lays one result out bar by bar (per asset: price, position, trade, cost, net
 return, equity, buy-and-hold equity) and :func:`portfolio_table` as the equal-weight portfolio of
@@ -23,11 +23,11 @@ import torch
 
 from rl_zerosync.actions import NUM_ACTIONS
 from rl_zerosync.envs.episode_stats import action_mix
-from rl_zerosync.envs.market import MarketData
-from rl_zerosync.envs.metrics import equity_curve, mean_metrics, performance_metrics
+from rl_zerosync.data.market import MarketData
+from rl_zerosync.evaluation.metrics import equity_curve, mean_metrics, performance_metrics
 from rl_zerosync.envs.params import EnvParams
-from rl_zerosync.envs.rules import TUNED_RULES, RuleWalk, choose
-from rl_zerosync.envs.walk import SegmentWalk
+from rl_zerosync.evaluation.rules import TUNED_RULES, RuleWalk, choose
+from rl_zerosync.evaluation.walk import SegmentWalk
 
 PolicyFn = Callable[[torch.Tensor], torch.Tensor]
 
@@ -96,7 +96,7 @@ def evaluate_policy(
 ) -> EvalResult:
     """Run ``policy_fn`` (obs f32[N, D] -> factored actions i64[N]; exposures 0..4 when
     ``route_exposure``, routed with the routing rule and ``routing`` thresholds) over every asset
-    of ``data``; returns curves, metrics (formulas in :mod:`rl_zerosync.envs.metrics`), the rule
+    of ``data``; returns curves, metrics (formulas in :mod:`rl_zerosync.evaluation.metrics`), the rule
     baselines on the same bars (``rule_choice``: the tuned rules' variants, e.g. chosen on
     validation; default: the best variant on this segment by mean Sharpe) and the action mix.
     ``graph_key``: not None when ``policy_fn`` only reads static tensors (e.g. a module's forward),
@@ -188,7 +188,7 @@ def add_baselines(result: EvalResult, grid: Mapping[str, Mapping[str, Mapping[st
 
 def best_rule(baselines: Mapping[str, Mapping[str, Any]], metric: str = "sharpe") -> str:
     """The rule with the highest mean ``metric`` in ``baselines`` (ties: the first of RULES)."""
-    from rl_zerosync.envs.rules import RULES
+    from rl_zerosync.evaluation.rules import RULES
 
     return max(RULES, key=lambda r: (baselines[r]["mean"][metric], -RULES.index(r)))
 

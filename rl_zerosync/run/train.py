@@ -6,12 +6,12 @@ import signal
 
 import yaml
 
-from rl_zerosync.checkpoints import (
+from rl_zerosync.rundir.checkpoints import (
     BEST_DIR, MARKER, SETTINGS_FILE, CheckpointError, checkpoint_candidates, read_run_state, save_checkpoint,
     set_aside, verified_checkpoint, verify_checkpoint, warn,
 )
-from rl_zerosync.runlog import RunLog, claim_run_dir, truncate_metrics
-from rl_zerosync.settings import Settings, to_rllib_config
+from rl_zerosync.rundir.runlog import RunLog, claim_run_dir, truncate_metrics
+from rl_zerosync.config.settings import Settings, to_rllib_config
 
 
 def init_ray(settings: Settings) -> None:
@@ -188,7 +188,7 @@ def _train_loop(settings: Settings, algo, ckpt) -> dict:
     validator = None
     try:
         if eval_every:
-            from rl_zerosync.validation import Validator
+            from rl_zerosync.evaluation.validation import Validator
 
             validator = Validator(settings, algo)
         with _Interrupt() as interrupt:
@@ -217,7 +217,7 @@ def _train_loop(settings: Settings, algo, ckpt) -> dict:
         if interrupt.requested:
             return result
         if settings.run.evaluate:
-            from rl_zerosync.evaluate import evaluate_checkpoint
+            from rl_zerosync.evaluation.evaluate import evaluate_checkpoint
 
             report = evaluate_checkpoint(run_dir, out_dir=run_dir / "evaluation",
                                          which=settings.run.eval_checkpoint)

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from rl_zerosync.envs.market import FeatureConfig, MarketData, build_market
+from rl_zerosync.data.market import FeatureConfig, MarketData, build_market
 
 TREND, REVERT = 0, 1
 

@@ -5,17 +5,17 @@ The keys of ``data_cfg``, their defaults and their checks are the fields of :cla
 settings file's ``data`` section is checked by it at load). ``source`` picks the keys allowed:
 
 * synthetic: ``num_assets``, ``num_bars``, ``seed``, ``synthetic`` (model keywords of
-  :func:`~rl_zerosync.envs.synthetic.synthetic_series`), ``regenerate_every`` (0: train on the
+  :func:`~rl_zerosync.data.synthetic.synthetic_series`), ``regenerate_every`` (0: train on the
   ``train`` segment of series ``seed``; N > 0: every env runner trains on fresh series of
   ``num_bars`` bars drawn from new generator seeds every N rollouts, never ``seed``, while the
   validation and test segments stay those of series ``seed``; see :func:`training_seed`).
 * files (csv, parquet): ``paths`` (required) and the keywords of
-  :func:`~rl_zerosync.envs.loaders.load_market` (``columns``, ``asset_column``, ``names``,
+  :func:`~rl_zerosync.data.loaders.load_market` (``columns``, ``asset_column``, ``names``,
   ``spread_source``, ``spread_bps``, ``cs_window``, ``min_spread_bps``, ``timestamp_format``,
   ``dayfirst``), passed only when given.
 * both: ``split`` (a dict with keys train/validation/test or a 3-list), ``window``, ``features``
-  (:class:`~rl_zerosync.envs.market.FeatureConfig` keywords), ``periods_per_year`` (``"auto"``: files
-  infer it from their timestamps, see :func:`~rl_zerosync.envs.loaders.load_market`; synthetic series
+  (:class:`~rl_zerosync.data.market.FeatureConfig` keywords), ``periods_per_year`` (``"auto"``: files
+  infer it from their timestamps, see :func:`~rl_zerosync.data.loaders.load_market`; synthetic series
   are daily bars), ``device``, ``max_abs_log_return`` (a close-to-close ``|log return|`` above it on
   any bar is bad data: ValueError naming the file or asset, the row/bar and both closes; ``0`` or
   ``null`` turns the check off).
@@ -25,7 +25,7 @@ of each asset of ``n`` bars, applied before ``split`` (the fractions of ``split`
 bars; :meth:`MarketData.split` gives the exact bar bounds). Features are still computed on the whole
 series at load (causal: nothing after a bar enters its features) and, as for a split segment,
 ``features.warmup`` bars of history before the window are kept for the features and the observation
-window only. ``rl-zerosync evaluate --walk-forward K`` (:mod:`rl_zerosync.walkforward`) sets it per fold.
+window only. ``rl-zerosync evaluate --walk-forward K`` (:mod:`rl_zerosync.run.walkforward`) sets it per fold.
 
 ``split`` argument: ``"train"``, ``"validation"``, ``"test"`` or ``"all"`` (the whole series).
 """
@@ -35,8 +35,8 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence, Union
 
-from rl_zerosync.envs.loaders import check_periods_per_year
-from rl_zerosync.envs.market import (
+from rl_zerosync.data.loaders import check_periods_per_year
+from rl_zerosync.data.market import (
     DEFAULT_MAX_ABS_LOG_RETURN, SPLITS, FeatureConfig, MarketData, check_fractions, check_market_log_returns,
     check_max_abs_log_return, check_window,
 )
@@ -66,7 +66,7 @@ def split_fractions(value: Any) -> tuple[float, float, float]:
 
 def synthetic_keywords() -> tuple[str, ...]:
     """The model keywords ``data.synthetic`` may set (keyword-only parameters of ``synthetic_series``)."""
-    from rl_zerosync.envs.synthetic import synthetic_series
+    from rl_zerosync.data.synthetic import synthetic_series
 
     return tuple(n for n, p in inspect.signature(synthetic_series).parameters.items() if p.kind is p.KEYWORD_ONLY)
 
@@ -98,7 +98,7 @@ class DataSettings:
     seed: int = 0
     """Synthetic: generator seed of the series (validation and test always use it)."""
     synthetic: Mapping[str, Any] = field(default_factory=dict)
-    """Synthetic: model keywords of :func:`~rl_zerosync.envs.synthetic.synthetic_series`."""
+    """Synthetic: model keywords of :func:`~rl_zerosync.data.synthetic.synthetic_series`."""
     regenerate_every: int = 0
     """Synthetic: train on fresh series every this many rollouts (0 = off)."""
     paths: Optional[Union[str, Sequence[str]]] = None
@@ -140,8 +140,6 @@ class DataSettings:
         out["features"] = FeatureConfig.from_dict(cfg.get("features"))
         check_periods_per_year(cfg.get("periods_per_year", "auto"))
         out["max_abs_log_return"] = check_max_abs_log_return(cfg.get("max_abs_log_return", DEFAULT_MAX_ABS_LOG_RETURN))
-        from rl_zerosync.envs.fresh import regenerate_every
-
         out["regenerate_every"] = regenerate_every(cfg)
         model = cfg.get("synthetic") or {}
         if not isinstance(model, Mapping):
@@ -156,6 +154,18 @@ class DataSettings:
         return cls(**out)
 
 
+def regenerate_every(data_cfg: Mapping[str, Any] | None) -> int:
+    """``data.regenerate_every`` (0 = off), validated: synthetic source only, an int >= 0."""
+    cfg = dict(data_cfg or {})
+    n = cfg.get("regenerate_every", DataSettings.regenerate_every)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"data.regenerate_every: expected an int >= 0, got {n!r}")
+    if n and cfg.get("source", DataSettings.source) != "synthetic":
+        raise ValueError(f"data.regenerate_every: only the synthetic source can draw fresh series, "
+                         f"got source {cfg.get('source')!r}")
+    return n
+
+
 def check_data_keys(data_cfg: Mapping[str, Any] | None) -> str:
     """Validate the ``data`` section (:meth:`DataSettings.from_dict`; nothing is loaded); returns the source."""
     return DataSettings.from_dict(data_cfg).source
@@ -168,7 +178,7 @@ def make_market(data_cfg: Mapping[str, Any] | None, split: str = "train") -> Mar
         raise ValueError(f"split: expected one of {SPLITS + ('all',)}, got {split!r}")
     ppy = d.periods_per_year
     if d.source == "synthetic":
-        from rl_zerosync.envs.synthetic import synthetic_market
+        from rl_zerosync.data.synthetic import synthetic_market
 
         market = synthetic_market(
             d.num_assets, d.num_bars, d.seed, features=d.features,
@@ -177,7 +187,7 @@ def make_market(data_cfg: Mapping[str, Any] | None, split: str = "train") -> Mar
         )
         check_market_log_returns(market, d.max_abs_log_return, where=f"data.synthetic (seed {d.seed})")
     else:
-        from rl_zerosync.envs.loaders import load_market
+        from rl_zerosync.data.loaders import load_market
 
         given = {k: v for k, v in dict(data_cfg or {}).items() if k in _FILES and k != "paths"}
         market = load_market(d.paths, fmt=d.source, features=d.features, periods_per_year=ppy,

@@ -105,7 +105,7 @@ class MarketData:
     """Time segment: "all", "train", "validation" or "test"."""
     source_info: Mapping[str, Any] | None = None
     """How the data was read (file sources): ``periods_per_year`` and where it came from, the spread
-    source and median spread in bps per asset (see :func:`rl_zerosync.envs.loaders.load_market`)."""
+    source and median spread in bps per asset (see :func:`rl_zerosync.data.loaders.load_market`)."""
 
     @property
     def warmup(self) -> int:

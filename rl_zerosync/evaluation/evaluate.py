@@ -3,7 +3,7 @@ series and a PNG report.
 
 Loads the Q module from the checkpoint (by default the run's best-validation checkpoint; no Ray
 needed), rebuilds the run's data from the checkpoint's ``settings.yaml`` and walks the validation
-and test segments once per asset with :func:`rl_zerosync.envs.backtest.evaluate_policy` (or the
+and test segments once per asset with :func:`rl_zerosync.evaluation.backtest.evaluate_policy` (or the
 whole of ``--data FILE``), beside the rule baselines (variants chosen on validation, frozen for
 test). Writes to the output directory:
 
@@ -17,11 +17,11 @@ test). Writes to the output directory:
   ``price`` (close), ``position`` (exposure held over the bar), ``trade`` (the change in position
   into it, made at the previous bar's close), ``cost`` (of that trade, fraction of equity),
   ``net_return`` (``position * (price / previous price - 1) - cost``), ``equity`` (from 1) and
-  ``benchmark_equity`` (the buy-and-hold rule, same execution and costs); see :func:`rl_zerosync.envs.backtest.bar_table`. The last ``equity`` of an
+  ``benchmark_equity`` (the buy-and-hold rule, same execution and costs); see :func:`rl_zerosync.evaluation.backtest.bar_table`. The last ``equity`` of an
   asset is ``1 + total_return`` of its metrics.
 * ``portfolio_<segment>.csv`` (and ``.parquet``): the equal-weight portfolio of the assets (the mean
   of their net returns each bar) and its buy-and-hold benchmark
-  (:func:`rl_zerosync.envs.backtest.portfolio_table`).
+  (:func:`rl_zerosync.evaluation.backtest.portfolio_table`).
 * ``report.png``: one column per segment (validation, test), dates on the x axis when the data has
   timestamps: equity per asset, the equal-weight portfolio and its buy-and-hold benchmark (and the
   tuned rules' portfolios); positions; drawdowns; below, the exposure and routing mix.
@@ -87,8 +87,8 @@ def greedy_policy(module):
 def data_overrides(data_cfg: dict, overrides: list[str] | None) -> dict:
     """``data_cfg`` with ``--set data.KEY=VALUE`` overrides applied (values parsed as the settings
     loader parses ``--set``; nested keys like ``data.columns.close=...`` allowed). Any other section
-    raises :class:`~rl_zerosync.settings.SettingsError` naming the key."""
-    from rl_zerosync.settings import SettingsError, apply_overrides
+    raises :class:`~rl_zerosync.config.settings.SettingsError` naming the key."""
+    from rl_zerosync.config.settings import SettingsError, apply_overrides
 
     for item in overrides or []:
         section = next(iter(apply_overrides({}, [item])))  # SettingsError on a malformed item
@@ -120,8 +120,9 @@ def _data_cfg(settings: dict, data_file: str | None,
 def _training_market(settings: dict):
     """What the run trained on: its ``train`` segment, or with ``data.regenerate_every`` the first
     fresh series of the local env runner."""
-    from rl_zerosync.envs import make_market
-    from rl_zerosync.envs.fresh import build_training_market, regenerate_every, training_seed
+    from rl_zerosync.data import make_market
+    from rl_zerosync.data.data_settings import regenerate_every
+    from rl_zerosync.data.fresh import build_training_market, training_seed
 
     data_cfg = dict(settings.get("data") or {})
     if not regenerate_every(data_cfg):
@@ -191,7 +192,7 @@ def _train_segment_market(settings: dict, train_market=None):
 def write_series(results: dict, out_dir: Path) -> tuple[dict[str, dict[str, str]], dict]:
     """Write ``bars_<segment>.csv`` and ``portfolio_<segment>.csv`` (and ``.parquet`` when pyarrow
     is installed) of every result; returns (segment -> kind -> path, segment -> portfolio table)."""
-    from rl_zerosync.envs.backtest import bar_table, portfolio_table
+    from rl_zerosync.evaluation.backtest import bar_table, portfolio_table
 
     parquet = importlib.util.find_spec("pyarrow") is not None
     outputs, portfolios = {}, {}
@@ -331,10 +332,10 @@ def _plot(results: dict, portfolios: dict, path: Path) -> None:
 
 def _rule_portfolio(res, nets: list[np.ndarray]) -> np.ndarray | None:
     """Equity of the equal-weight portfolio of a rule's per-asset net returns (the bars of
-    :func:`~rl_zerosync.envs.backtest.portfolio_table`)."""
+    :func:`~rl_zerosync.evaluation.backtest.portfolio_table`)."""
     from dataclasses import replace
 
-    from rl_zerosync.envs.backtest import portfolio_table
+    from rl_zerosync.evaluation.backtest import portfolio_table
 
     as_bench = replace(res, baseline_net={"buy_and_hold": nets})
     return portfolio_table(as_bench)["benchmark_equity"].to_numpy()
@@ -358,11 +359,12 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | None = None,
     The rules' variants are chosen on the validation segment and frozen for the test segment
     (with ``data``: chosen on that file, in sample, and marked so). ``overrides``: ``--set
     data.KEY=VALUE`` items for the evaluated data (any other section: ``SettingsError``)."""
-    from rl_zerosync.checkpoints import SETTINGS_FILE, read_run_state, verified_checkpoint, warn
-    from rl_zerosync.envs import EnvParams, make_market
-    from rl_zerosync.envs.config import check_data_keys
-    from rl_zerosync.envs.backtest import best_rule, evaluate_policy, portfolio_metrics
-    from rl_zerosync.validation import routing_thresholds
+    from rl_zerosync.rundir.checkpoints import SETTINGS_FILE, read_run_state, verified_checkpoint, warn
+    from rl_zerosync.envs import EnvParams
+    from rl_zerosync.data import make_market
+    from rl_zerosync.data.data_settings import check_data_keys
+    from rl_zerosync.evaluation.backtest import best_rule, evaluate_policy, portfolio_metrics
+    from rl_zerosync.evaluation.validation import routing_thresholds
 
     data_overrides({}, overrides)  # a bad key fails before anything is loaded
     ckpt = verified_checkpoint(checkpoint, which)  # CheckpointError naming the first damaged file

@@ -12,7 +12,7 @@ train / validation / test with the run's ``data.split`` fractions ``(train, vali
 * ``K = 1`` is the plain split of the whole series.
 
 When the config already sets ``data.window``, the folds tile that window instead of the whole series.
-Every fold is a fresh training run ``<run.dir>/<run.name>/fold<i>`` (:func:`rl_zerosync.train.train`,
+Every fold is a fresh training run ``<run.dir>/<run.name>/fold<i>`` (:func:`rl_zerosync.run.train.train`,
 evaluated on its validation and test segments at the end); :func:`walk_forward` collects the test
 summaries per fold and pooled over folds into ``<run.dir>/<run.name>/walk_forward.json``.
 
@@ -26,8 +26,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from rl_zerosync.envs.config import DEFAULT_SPLIT, split_fractions
-from rl_zerosync.envs.market import SPLITS, check_window
+from rl_zerosync.data.data_settings import DEFAULT_SPLIT, split_fractions
+from rl_zerosync.data.market import SPLITS, check_window
 
 RESULT_FILE = "walk_forward.json"
 FILE_SOURCES = ("csv", "parquet")
@@ -70,7 +70,7 @@ def fold_windows(k: int, fractions: Any = None,
 
 
 def _fold_settings(settings, i: int, window: tuple[float, float]):
-    from rl_zerosync.settings import from_dict
+    from rl_zerosync.config.settings import from_dict
 
     raw = settings.to_dict()
     raw["data"]["window"] = [window[0], window[1]]
@@ -90,7 +90,8 @@ def fold_segments(data_cfg: Mapping[str, Any], env_cfg: Mapping[str, Any] | None
     (first tradable bar .. one past the last bar) and their first/last time stamps when the data
     has them. Builds every segment and its env tables, so a fold too short for ``env`` (e.g.
     ``episode_len``) raises here, before any training."""
-    from rl_zerosync.envs import EnvParams, make_market
+    from rl_zerosync.envs import EnvParams
+    from rl_zerosync.data import make_market
     from rl_zerosync.envs.core import make_tables
 
     params = EnvParams.from_dict(env_cfg)
@@ -226,7 +227,7 @@ def walk_forward(settings, k: int, out_dir: str | Path | None = None, *, overwri
     trains. A fold whose training was interrupted ends the walk: the report then has the folds done
     and ``"complete": false``.
     """
-    from rl_zerosync import train as train_module
+    from rl_zerosync.run import train as train_module
 
     source = (settings.data or {}).get("source", "synthetic")
     if source not in FILE_SOURCES:

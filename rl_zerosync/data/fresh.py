@@ -18,21 +18,8 @@ from typing import Any, Mapping, Optional
 import numpy as np
 import torch
 
-from rl_zerosync.envs.market import TENSOR_FIELDS, MarketData
-
-
-def regenerate_every(data_cfg: Mapping[str, Any] | None) -> int:
-    """``data.regenerate_every`` (0 = off), validated: synthetic source only, an int >= 0."""
-    from rl_zerosync.envs.config import DataSettings  # the defaults (config imports this module)
-
-    cfg = dict(data_cfg or {})
-    n = cfg.get("regenerate_every", DataSettings.regenerate_every)
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ValueError(f"data.regenerate_every: expected an int >= 0, got {n!r}")
-    if n and cfg.get("source", DataSettings.source) != "synthetic":
-        raise ValueError(f"data.regenerate_every: only the synthetic source can draw fresh series, "
-                         f"got source {cfg.get('source')!r}")
-    return n
+from rl_zerosync.data.data_settings import make_market
+from rl_zerosync.data.market import TENSOR_FIELDS, MarketData
 
 
 def training_seed(data_seed: int, run_seed: int, runner: int, generation: int) -> int:
@@ -44,8 +31,6 @@ def training_seed(data_seed: int, run_seed: int, runner: int, generation: int) -
 
 def build_training_market(data_cfg: Mapping[str, Any], seed: int) -> MarketData:
     """The whole (unsplit) synthetic series of ``data_cfg`` with generator seed ``seed``."""
-    from rl_zerosync.envs.config import make_market
-
     cfg = {k: v for k, v in dict(data_cfg).items() if k not in ("regenerate_every", "split")}
     cfg["seed"] = int(seed)
     cfg["device"] = "cpu"
@@ -61,7 +46,7 @@ class FreshSeries:
     """Generations of training series for one env runner, the next one prefetched in a process."""
 
     def __init__(self, data_cfg: Mapping[str, Any], run_seed: int, runner: int, *, prefetch: bool = True) -> None:
-        from rl_zerosync.envs.config import DataSettings  # the defaults (config imports this module)
+        from rl_zerosync.data.data_settings import DataSettings  # the defaults (config imports this module)
 
         self.cfg = dict(data_cfg)
         self.data_seed = int(self.cfg.get("seed", DataSettings.seed))

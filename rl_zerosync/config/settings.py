@@ -5,7 +5,7 @@ A YAML file has up to seven top-level sections, each mapped onto one typed objec
     run:      RunSettings      (where to write, how long, checkpoints)
     algo:     AlgoSettings     (DQN hyper-parameters, scale-out, replay ratio)
     model:    ModelSettings    (action mode, network)
-    data:     Section[DataSettings]    (rl_zerosync.envs.config: what make_market reads)
+    data:     Section[DataSettings]    (rl_zerosync.data.data_settings: what make_market reads)
     env:      Section[EnvParams]       (rl_zerosync.envs.params)
     runner:   Section[RunnerSettings]  (rl_zerosync.env_runner.runner_settings)
     learner:  Section[LearnerSettings] (rl_zerosync.learner.learner_settings)
@@ -35,18 +35,18 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from rl_zerosync.actions import ACTION_MODES, DEFAULT_ACTION_MODE
-from rl_zerosync.checkpoints import KEEP_LAST
+from rl_zerosync.rundir.checkpoints import KEEP_LAST
 from rl_zerosync.presets import SETTINGS_FILE as PRESET
 from rl_zerosync.presets import check_positive_number
-from rl_zerosync.sections import LEARNER_FIELDS, Section, build_components, learner_config, runner_config
-from rl_zerosync.yaml_values import SettingsError, check, coerce_field, epsilon_numbers, float_text, parse_override
+from rl_zerosync.config.sections import LEARNER_FIELDS, Section, build_components, learner_config, runner_config
+from rl_zerosync.config.yaml_values import SettingsError, check, coerce_field, epsilon_numbers, float_text, parse_override
 
 __all__ = ["AlgoSettings", "ModelSettings", "RunSettings", "Section", "Settings", "SettingsError", "apply_overrides",
            "from_dict", "load", "to_rllib_config"]
 
 if TYPE_CHECKING:
     from rl_zerosync.env_runner.runner_settings import RunnerSettings
-    from rl_zerosync.envs.config import DataSettings
+    from rl_zerosync.data.data_settings import DataSettings
     from rl_zerosync.envs.params import EnvParams
     from rl_zerosync.learner.learner_settings import LearnerSettings
 

@@ -16,8 +16,8 @@ training features, for paper or live trading.
 DataFrame with the data loaders' columns (``close`` required; ``high``/``low``, ``bid``/``ask``,
 ``timestamp`` optional; names case-insensitive, or the run's ``data.columns`` mapping), a mapping of
 those column names to arrays, or a 1-D array of closes. They go through the loaders' own cleaning
-and spread estimation (:mod:`rl_zerosync.envs.loaders`, the run's ``spread_source`` settings) and
-:func:`~rl_zerosync.envs.market.build_market` (the features), and the observation is built by the
+and spread estimation (:mod:`rl_zerosync.data.loaders`, the run's ``spread_source`` settings) and
+:func:`~rl_zerosync.data.market.build_market` (the features), and the observation is built by the
 env's :func:`~rl_zerosync.envs.core.observe` at the last bar, so it is the env's observation at that
 bar whenever the bars reach back as far as the env's series did (features are causal; with fewer
 bars the EWMA volatility and the trailing medians start later: give ``recommended_bars``).
@@ -65,7 +65,7 @@ class Observation(NamedTuple):
 
 
 class Policy:
-    """A greedy policy net (``(obs, market) -> i64[B, 4]``, see :mod:`rl_zerosync.export`) with the
+    """A greedy policy net (``(obs, market) -> i64[B, 4]``, see :mod:`rl_zerosync.serving.export`) with the
     metadata that builds its inputs from bars.
 
     ``columns``, ``spread_source`` and ``spread_bps`` override the run's data settings for live bars
@@ -74,7 +74,7 @@ class Policy:
 
     def __init__(self, net, metadata: Mapping[str, Any], *, columns: Mapping[str, str] | None = None,
                  spread_source: str | None = None, spread_bps: float | None = None) -> None:
-        from rl_zerosync.envs.market import FeatureConfig
+        from rl_zerosync.data.market import FeatureConfig
         from rl_zerosync.envs.params import EnvParams
 
         self.net = net
@@ -95,7 +95,7 @@ class Policy:
     @classmethod
     def from_checkpoint(cls, checkpoint: str | Path, which: str = "best", **overrides: Any) -> "Policy":
         """The greedy policy of a run or checkpoint directory (verified as ``evaluate`` does)."""
-        from rl_zerosync.export import load_checkpoint_policy
+        from rl_zerosync.serving.export import load_checkpoint_policy
 
         net, meta = load_checkpoint_policy(checkpoint, which)
         return cls(net, meta, **overrides)
@@ -103,7 +103,7 @@ class Policy:
     @classmethod
     def from_export(cls, path: str | Path, **overrides: Any) -> "Policy":
         """A TorchScript file written by ``rl-zerosync export`` (its metadata is inside it)."""
-        from rl_zerosync.export import METADATA_FILE
+        from rl_zerosync.serving.export import METADATA_FILE
 
         path = Path(path)
         if not path.is_file():
@@ -154,8 +154,8 @@ class Policy:
     def observe(self, bars: Any, position: float = 0.0, step: int = 0) -> Observation:
         """The net's inputs at the last of ``bars``: the env's observation and routing inputs."""
         from rl_zerosync.envs.core import make_tables, observe, route_inputs
-        from rl_zerosync.envs.market import build_market
-        from rl_zerosync.envs.walk import WalkState
+        from rl_zerosync.data.market import build_market
+        from rl_zerosync.evaluation.walk import WalkState
 
         pos = _position(position)
         j = _step(step) % self.params.episode_len
@@ -174,8 +174,8 @@ class Policy:
 
     def _prices(self, bars: Any) -> tuple[np.ndarray, np.ndarray]:
         """(close, relative spread) of ``bars`` through the loaders' cleaning and spread estimation."""
-        from rl_zerosync.envs.loaders import _clean, _resolve_columns
-        from rl_zerosync.envs.market import check_log_returns
+        from rl_zerosync.data.loaders import _clean, _resolve_columns
+        from rl_zerosync.data.market import check_log_returns
 
         frame = _frame(bars)
         if len(frame) < self.min_bars:

@@ -20,7 +20,7 @@ run's thresholds), so it maps a batch of observations to actions with no Ray and
 The metadata (:func:`policy_metadata`: action mode, observation layout, window, episode length,
 exposure levels, feature settings, spread settings of the data, routing thresholds) is written beside
 the file as ``<out>.json`` and also inside it (TorchScript extra file ``metadata.json``; ONNX model
-metadata ``rl_zerosync``). :class:`rl_zerosync.policy.Policy` turns raw bars into ``obs`` and
+metadata ``rl_zerosync``). :class:`rl_zerosync.serving.policy.Policy` turns raw bars into ``obs`` and
 ``market`` with the training features and runs either the checkpoint or an exported TorchScript file.
 
 ONNX export needs the ``onnx`` and ``onnxscript`` packages (``pip install onnx onnxscript``);
@@ -89,7 +89,7 @@ def resolved_routing(settings: dict) -> dict[str, float]:
     """The run's routing thresholds with the env runner's defaults filled in (validated)."""
     from rl_zerosync.env_runner.runner_settings import RunnerSettings
     from rl_zerosync.envs.gym_twin import ROUTING_THRESHOLDS
-    from rl_zerosync.validation import routing_thresholds
+    from rl_zerosync.evaluation.validation import routing_thresholds
 
     runner = RunnerSettings(**routing_thresholds(settings.get("runner")))
     return {k: float(getattr(runner, k)) for k in ROUTING_THRESHOLDS}
@@ -97,8 +97,8 @@ def resolved_routing(settings: dict) -> dict[str, float]:
 
 def _data_metadata(data: dict) -> dict[str, Any]:
     """How bars become prices and spreads: the loader settings of the run (defaults filled in)."""
-    from rl_zerosync.envs.loaders import load_market
-    from rl_zerosync.envs.market import DEFAULT_MAX_ABS_LOG_RETURN, check_max_abs_log_return
+    from rl_zerosync.data.loaders import load_market
+    from rl_zerosync.data.market import DEFAULT_MAX_ABS_LOG_RETURN, check_max_abs_log_return
 
     defaults = {k: p.default for k, p in inspect.signature(load_market).parameters.items() if k in _SPREAD_KEYS}
     source = data.get("source", "synthetic")
@@ -116,7 +116,7 @@ def _data_metadata(data: dict) -> dict[str, Any]:
 
 def policy_metadata(settings: dict, checkpoint: Path | None = None, run_state: dict | None = None) -> dict[str, Any]:
     """Everything needed to build the exported net's inputs from bars, from a run's settings."""
-    from rl_zerosync.envs.market import FeatureConfig
+    from rl_zerosync.data.market import FeatureConfig
     from rl_zerosync.envs.params import EnvParams
 
     params = EnvParams.from_dict(settings.get("env"))
@@ -160,10 +160,10 @@ def load_checkpoint_policy(checkpoint: str | Path, which: str = "best") -> tuple
     """The greedy policy net (CPU, eval mode) and metadata of a run or checkpoint directory.
 
     The checkpoint is found and verified against its manifest as ``evaluate`` does
-    (:func:`~rl_zerosync.checkpoints.verified_checkpoint`: ``CheckpointError`` naming a damaged file,
+    (:func:`~rl_zerosync.rundir.checkpoints.verified_checkpoint`: ``CheckpointError`` naming a damaged file,
     ``FileNotFoundError`` when there is none)."""
-    from rl_zerosync.checkpoints import SETTINGS_FILE, read_run_state, verified_checkpoint
-    from rl_zerosync.evaluate import load_module
+    from rl_zerosync.rundir.checkpoints import SETTINGS_FILE, read_run_state, verified_checkpoint
+    from rl_zerosync.evaluation.evaluate import load_module
 
     ckpt = verified_checkpoint(checkpoint, which)
     settings = yaml.safe_load((ckpt / SETTINGS_FILE).read_text())

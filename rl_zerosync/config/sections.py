@@ -1,7 +1,7 @@
 """The component sections of a settings file (data, env, runner, learner): each read as the keys the
 file set and built, at load, into its component's own settings class (:class:`Section`).
 
-The component classes are the one validator of their keys: ``DataSettings`` (:mod:`rl_zerosync.envs.config`),
+The component classes are the one validator of their keys: ``DataSettings`` (:mod:`rl_zerosync.data.data_settings`),
 ``EnvParams``, ``RunnerSettings`` and ``LearnerSettings``; the runner's seed defaults to ``run.seed``
 and the learner's DQN fields come from ``algo`` (:data:`LEARNER_FIELDS`), exactly as the components
 later build themselves from the RLlib config (:func:`runner_config`, :func:`learner_config`).
@@ -14,10 +14,10 @@ import typing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Iterator, Mapping, TypeVar
 
-from rl_zerosync.yaml_values import SettingsError, check, epsilon_numbers, numeric_strings, numeric_strings_in
+from rl_zerosync.config.yaml_values import SettingsError, check, epsilon_numbers, numeric_strings, numeric_strings_in
 
 if TYPE_CHECKING:
-    from rl_zerosync.settings import AlgoSettings, RunSettings
+    from rl_zerosync.config.settings import AlgoSettings, RunSettings
 
 __all__ = ["LEARNER_FIELDS", "Section", "build_components", "learner_config", "runner_config"]
 
@@ -78,8 +78,8 @@ def _read_numbers(section: str, values: dict, cls: type) -> None:
     """Numeric strings -> floats where the component expects a float (in ``data`` also inside
     ``split``, ``features`` and ``synthetic``), and in ``runner.epsilon``."""
     if section == "data":
-        from rl_zerosync.envs.config import synthetic_keywords
-        from rl_zerosync.envs.market import FeatureConfig
+        from rl_zerosync.data.data_settings import synthetic_keywords
+        from rl_zerosync.data.market import FeatureConfig
 
         hints: dict = {k: float for k in ("periods_per_year", "spread_bps", "min_spread_bps", "max_abs_log_return")}
         hints["window"] = list[float]
@@ -122,7 +122,7 @@ def _dqn_fields(algo: AlgoSettings) -> dict:
 def build_components(raw: dict, run: RunSettings, algo: AlgoSettings, src: str) -> dict[str, Section]:
     """The four component sections, each built and checked by its component's class."""
     from rl_zerosync.env_runner.runner_settings import RunnerSettings
-    from rl_zerosync.envs.config import DataSettings
+    from rl_zerosync.data.data_settings import DataSettings
     from rl_zerosync.envs.params import EnvParams
     from rl_zerosync.learner.learner_settings import LearnerSettings
 

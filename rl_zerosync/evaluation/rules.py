@@ -28,9 +28,9 @@ from typing import Any, Mapping, Optional
 import numpy as np
 import torch
 
-from rl_zerosync.envs.market import MarketData
+from rl_zerosync.data.market import MarketData
 from rl_zerosync.envs.params import EnvParams
-from rl_zerosync.envs.walk import SegmentWalk, WalkState
+from rl_zerosync.evaluation.walk import SegmentWalk, WalkState
 
 LOOKBACKS = (4, 8, 16, 32, 64)
 THRESHOLDS = (0.0, 0.5, 1.0, 1.5, 2.0)

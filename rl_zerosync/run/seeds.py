@@ -87,7 +87,7 @@ def summarize(per_seed: dict[int, dict[str, Any]]) -> dict[str, Any]:
 def train_seeds(config: str, overrides: Sequence[str], seeds: Sequence[int], *, parallel: int = 1,
                 name_suffix: str = "") -> dict[str, Any]:
     """Train ``config`` once per seed in subprocesses, ``parallel`` at a time; write seeds.json."""
-    from rl_zerosync.settings import load
+    from rl_zerosync.config.settings import load
 
     base = load(config, list(overrides))
     if parallel < 1:

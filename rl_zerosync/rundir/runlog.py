@@ -283,7 +283,7 @@ class RunLock:
                     raise RunDirError(
                         f"{self.run_dir} is in use by another run: {_describe(holder)} (lock {self.path}; "
                         "delete it only if that run is dead)") from None
-                from rl_zerosync.checkpoints import warn
+                from rl_zerosync.rundir.checkpoints import warn
 
                 warn(f"taking over the stale lock {self.path} of a run that is gone "
                      f"({_describe(holder) if holder else 'unreadable lock'})")
@@ -319,7 +319,7 @@ class RunLock:
 
 def run_outputs(run_dir: str | Path) -> list[str]:
     """What makes ``run_dir`` a run already (a non-empty metrics.jsonl, checkpoints): names, or []."""
-    from rl_zerosync.checkpoints import checkpoint_candidates
+    from rl_zerosync.rundir.checkpoints import checkpoint_candidates
 
     run_dir = Path(run_dir)
     found = []

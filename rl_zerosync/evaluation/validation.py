@@ -1,7 +1,7 @@
 """Validation during training: the greedy policy on every asset's validation segment.
 
 A :class:`Validator` holds the validation segment on its device (the learner's GPU when there is
-one), an inference copy of the Q module, and a :class:`~rl_zerosync.envs.walk.SegmentWalk` whose
+one), an inference copy of the Q module, and a :class:`~rl_zerosync.evaluation.walk.SegmentWalk` whose
 steps are captured in CUDA graphs. ``validate(algo)`` copies the learner's weights into the copy
 in place (device to device when the learner is in this process), walks all assets together, reads
 the per-bar records back once, and returns ``eval/validation_*`` metrics (mean over assets). Long
@@ -18,16 +18,17 @@ from typing import Any
 
 import torch
 
-from rl_zerosync.envs import EnvParams, make_market
+from rl_zerosync.envs import EnvParams
+from rl_zerosync.data import make_market
 from rl_zerosync.envs.gym_twin import ROUTING_THRESHOLDS
-from rl_zerosync.envs.backtest import add_baselines, best_rule, rule_metrics, walk_result
-from rl_zerosync.envs.rules import RULES, RuleWalk
-from rl_zerosync.envs.walk import SegmentWalk
+from rl_zerosync.evaluation.backtest import add_baselines, best_rule, rule_metrics, walk_result
+from rl_zerosync.evaluation.rules import RULES, RuleWalk
+from rl_zerosync.evaluation.walk import SegmentWalk
 
 SPLIT_BARS = 128
 """Validation walks in time splits of this many bars (all in parallel)..."""
 SPLIT_WARMUP = 64
-"""...each starting flat this many bars early (see :class:`~rl_zerosync.envs.walk.SegmentWalk`)."""
+"""...each starting flat this many bars early (see :class:`~rl_zerosync.evaluation.walk.SegmentWalk`)."""
 LOGGED = ("sharpe", "total_return", "max_drawdown", "turnover_per_bar")
 """Mean-over-assets metrics logged per validation pass (agent and each rule)."""
 

@@ -39,7 +39,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from rl_zerosync.envs.market import (
+from rl_zerosync.data.market import (
     FeatureConfig, MarketData, build_market, check_log_returns, check_max_abs_log_return,
 )
 

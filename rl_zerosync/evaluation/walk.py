@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from rl_zerosync.envs.core import EnvTables, execute, make_tables, observe, route_inputs
-from rl_zerosync.envs.market import MarketData
+from rl_zerosync.data.market import MarketData
 from rl_zerosync.envs.params import EnvParams
 
 RECORD_KEYS = ("net", "pnl", "cost", "trade", "position", "action", "order_type")

@@ -1,7 +1,7 @@
 """Fail fast, before Ray starts: the checks ``rl-zerosync train`` runs on a loaded config.
 
-:func:`check` runs in the driver, after :func:`rl_zerosync.settings.load` and before
-:func:`rl_zerosync.train.train` (which starts Ray), in this order:
+:func:`check` runs in the driver, after :func:`rl_zerosync.config.settings.load` and before
+:func:`rl_zerosync.run.train.train` (which starts Ray), in this order:
 
 1. **GPU requests** (:func:`check_gpus`): ``algo.num_gpus_per_learner`` > 0, ``algo.num_gpus_per_env_runner``
    > 0 with remote env runners, ``runner.device: cuda`` and ``data.device: cuda`` need CUDA devices
@@ -38,7 +38,7 @@ class PreflightError(ValueError):
 
 
 def check(settings, *, segments: bool = True, log: bool = True) -> dict[str, Any]:
-    """Run the checks of the module doc on ``settings`` (a :class:`~rl_zerosync.settings.Settings`).
+    """Run the checks of the module doc on ``settings`` (a :class:`~rl_zerosync.config.settings.Settings`).
 
     ``segments=False`` loads and validates the data but cuts no segments (walk-forward folds
     check their own). Returns ``{"gpus": ..., "segments": ..., "kernels": backend_info}``; raises
@@ -170,10 +170,10 @@ def check_data(settings, *, segments: bool = True) -> dict[str, Any]:
     """Load and validate the data of ``settings`` once, then every segment the run uses with its env
     tables (see the module doc); returns per segment the tradable bars per asset."""
     from rl_zerosync.envs import EnvParams
-    from rl_zerosync.envs.config import DEFAULT_SPLIT, make_market, split_fractions
+    from rl_zerosync.data.data_settings import DEFAULT_SPLIT, make_market, split_fractions
     from rl_zerosync.envs.core import make_tables
-    from rl_zerosync.envs.fresh import regenerate_every
-    from rl_zerosync.envs.market import check_max_abs_log_return, check_window
+    from rl_zerosync.data.data_settings import regenerate_every
+    from rl_zerosync.data.market import check_max_abs_log_return, check_window
 
     src = settings.source
     cfg = dict(settings.data or {})
