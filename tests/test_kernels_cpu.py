@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
+import sys
 
 import numpy as np
 import pytest
@@ -21,13 +23,16 @@ from rl_zerosync.kernels import (
 )
 from rl_zerosync.kernels import reference as ref
 from rl_zerosync.kernels.adam import CLIP_EPS as ADAM_CLIP_EPS
-from rl_zerosync.kernels.adam import check_adam_step
-from rl_zerosync.kernels.divergence import check_divergence
-from rl_zerosync.kernels.guard import check_guard_accumulate, check_guard_check, check_guard_record
+from rl_zerosync.kernels import launch as kernel_launch
+from rl_zerosync.kernels.adam import adam_step
+from rl_zerosync.kernels.compile import KERNEL_DIR
+from rl_zerosync.kernels.declare import Kernel
+from rl_zerosync.kernels.divergence import divergence
+from rl_zerosync.kernels.guard import guard_accumulate, guard_check, guard_record
 from rl_zerosync.kernels.layouts import ACCUM, CHECK, FLAGS, QAGG, QSTATS, RECORD, Layout
-from rl_zerosync.kernels.qstats import check_qstats
-from rl_zerosync.kernels.route import check_route
-from rl_zerosync.kernels.select import check_branching_select, check_epsilon_greedy
+from rl_zerosync.kernels.qstats import qstats
+from rl_zerosync.kernels.route import route
+from rl_zerosync.kernels.select import branching_select, epsilon_greedy
 
 NAN, INF = float("nan"), float("inf")
 K = get_kernels("cpu")
@@ -635,7 +640,7 @@ def test_adam_step_clip_and_decay_switches():
 def _adam_check(**change):
     bufs = {**_adam_bufs(5), **{k: v for k, v in change.items() if k not in ADAM_HP}}
     hp = {**ADAM_HP, **{k: v for k, v in change.items() if k in ADAM_HP}}
-    check_adam_step(**bufs, **hp)
+    adam_step.check(**bufs, **hp)
 
 
 @pytest.mark.parametrize(
@@ -708,25 +713,25 @@ def _guard_bufs():
 def test_check_guard_check_errors(change, match):
     bufs = {**_guard_bufs(), **change}
     with pytest.raises(ValueError, match=match):
-        check_guard_check(**bufs, loss_clip=1.0, collapse_threshold=0.0)
+        guard_check.check(**bufs, loss_clip=1.0, collapse_threshold=0.0)
 
 
 def test_check_option_errors():
     with pytest.raises(ValueError, match="loss_clip"):
-        check_guard_check(**_guard_bufs(), loss_clip=0.0, collapse_threshold=0.0)
+        guard_check.check(**_guard_bufs(), loss_clip=0.0, collapse_threshold=0.0)
     with pytest.raises(ValueError, match="collapse_threshold"):
-        check_guard_check(**_guard_bufs(), loss_clip=1.0, collapse_threshold=NAN)
+        guard_check.check(**_guard_bufs(), loss_clip=1.0, collapse_threshold=NAN)
     c, f = torch.zeros(1, dtype=torch.int32), torch.zeros(1, dtype=torch.int32)
     with pytest.raises(ValueError, match="patience"):
-        check_divergence(torch.zeros(5), c, f, threshold=1.0, patience=0)
+        divergence.check(torch.zeros(5), c, f, threshold=1.0, patience=0)
     with pytest.raises(ValueError, match="threshold"):
-        check_divergence(torch.zeros(5), c, f, threshold=INF, patience=1)
+        divergence.check(torch.zeros(5), c, f, threshold=INF, patience=1)
     with pytest.raises(ValueError, match="counter must have dtype torch.int32"):
-        check_divergence(torch.zeros(5), torch.zeros(1), f, threshold=1.0, patience=1)
+        divergence.check(torch.zeros(5), torch.zeros(1), f, threshold=1.0, patience=1)
     with pytest.raises(ValueError, match="accum must have dtype torch.float64"):
-        check_guard_accumulate(torch.zeros(1), torch.zeros(1), torch.zeros(3, dtype=torch.int32), torch.zeros(6))
+        guard_accumulate.check(torch.zeros(1), torch.zeros(1), torch.zeros(3, dtype=torch.int32), torch.zeros(6))
     with pytest.raises(ValueError, match="wide"):
-        check_route(*_route_bufs(3), wide=NAN)
+        route.check(*_route_bufs(3), wide=NAN)
 
 
 def _guard_record_bufs():
@@ -751,7 +756,7 @@ def _guard_record_bufs():
 def test_check_guard_record_errors(change, match):
     bufs = {**_guard_record_bufs(), **change}
     with pytest.raises(ValueError, match=match):
-        check_guard_record(**bufs)
+        guard_record.check(**bufs)
 
 
 def test_bind_guard_record_returns_working_launcher():
@@ -768,14 +773,14 @@ def test_bind_guard_record_returns_working_launcher():
 def test_check_qstats_errors():
     q = torch.zeros(300, 5)
     with pytest.raises(ValueError, match="scratch must have at least"):
-        check_qstats(q, torch.zeros(5), torch.zeros(5))
+        qstats.check(q, torch.zeros(5), torch.zeros(5))
     with pytest.raises(ValueError, match="q must have at least one row"):
-        check_qstats(torch.zeros(0, 5), torch.zeros(5), torch.zeros(5))
+        qstats.check(torch.zeros(0, 5), torch.zeros(5), torch.zeros(5))
     with pytest.raises(ValueError, match="q must be contiguous"):
-        check_qstats(torch.zeros(5, 300).t(), torch.zeros(5), torch.zeros(10))
+        qstats.check(torch.zeros(5, 300).t(), torch.zeros(5), torch.zeros(10))
     with pytest.raises(ValueError, match=r"out must have shape \[5\]"):
-        check_qstats(q, torch.zeros(4), torch.zeros(10))
-    check_qstats(q, torch.zeros(5), torch.zeros(qstats_scratch_numel(300)))
+        qstats.check(q, torch.zeros(4), torch.zeros(10))
+    qstats.check(q, torch.zeros(5), torch.zeros(qstats_scratch_numel(300)))
 
 
 def _select_bufs(n, a=5):
@@ -785,19 +790,19 @@ def _select_bufs(n, a=5):
 def test_check_select_errors():
     q, eps, step, act = _select_bufs(7)
     with pytest.raises(ValueError, match="step must have dtype torch.int64"):
-        check_epsilon_greedy(q, eps, torch.zeros(1, dtype=torch.int32), act, seed=0)
+        epsilon_greedy.check(q, eps, torch.zeros(1, dtype=torch.int32), act, seed=0)
     with pytest.raises(ValueError, match=r"actions must have shape \[7\]"):
-        check_epsilon_greedy(q, eps, step, torch.zeros(8, dtype=torch.int64), seed=0)
+        epsilon_greedy.check(q, eps, step, torch.zeros(8, dtype=torch.int64), seed=0)
     with pytest.raises(ValueError, match="seed"):
-        check_epsilon_greedy(q, eps, step, act, seed=-5)
+        epsilon_greedy.check(q, eps, step, act, seed=-5)
     with pytest.raises(ValueError, match="epsilon must have shape"):
-        check_epsilon_greedy(q, torch.zeros(()), step, act, seed=0)
+        epsilon_greedy.check(q, torch.zeros(()), step, act, seed=0)
     with pytest.raises(ValueError, match="action column"):
-        check_epsilon_greedy(torch.zeros(7, 0), eps, step, act, seed=0)
+        epsilon_greedy.check(torch.zeros(7, 0), eps, step, act, seed=0)
     with pytest.raises(ValueError, match=r"q_order must have shape \[7, 3\]"):
-        check_branching_select(torch.zeros(7, 5), torch.zeros(7, 4), torch.zeros(7, 3), eps, step, act, seed=0)
+        branching_select.check(torch.zeros(7, 5), torch.zeros(7, 4), torch.zeros(7, 3), eps, step, act, seed=0)
     with pytest.raises(ValueError, match=r"q_exposure must have shape \[\*, 5\]"):
-        check_branching_select(torch.zeros(7, 45), torch.zeros(7, 3), torch.zeros(7, 3), eps, step, act, seed=0)
+        branching_select.check(torch.zeros(7, 45), torch.zeros(7, 3), torch.zeros(7, 3), eps, step, act, seed=0)
 
 
 def _route_bufs(n):
@@ -808,11 +813,11 @@ def _route_bufs(n):
 def test_check_route_errors():
     e, s, ms, v, mv, a = _route_bufs(4)
     with pytest.raises(ValueError, match="exposure must have dtype torch.int64"):
-        check_route(e.int(), s, ms, v, mv, a)
+        route.check(e.int(), s, ms, v, mv, a)
     with pytest.raises(ValueError, match=r"median_vol must have shape \[4\]"):
-        check_route(e, s, ms, v, torch.ones(5), a)
+        route.check(e, s, ms, v, torch.ones(5), a)
     with pytest.raises(ValueError, match="spread must have dtype torch.float32"):
-        check_route(e, s.double(), ms, v, mv, a)
+        route.check(e, s.double(), ms, v, mv, a)
 
 
 def test_kernels_bind_returns_working_launcher():
@@ -833,19 +838,143 @@ def test_kernels_bind_returns_working_launcher():
 
 
 # ----------------------------------------------------------------------------- kernel table
+def _params(sig: inspect.Signature) -> list:
+    return [(p.name, p.kind, p.default) for p in sig.parameters.values()]
+
+
 @pytest.mark.parametrize("name", sorted(KERNELS))
 def test_table_row_has_one_signature(name):
-    """Launch (after its device index), twin and check of a kernel take the same arguments."""
+    """The twin, the check and the launch (after its device index) take the declared arguments: the
+    same names, kinds and defaults, in order."""
     spec = KERNELS[name]
-    twin = inspect.signature(spec.twin)
-    launch = list(inspect.signature(spec.launch).parameters.values())
-    assert launch[0].name == "device_index"
-    assert [str(p) for p in launch[1:]] == [str(p) for p in twin.parameters.values()]
-    assert inspect.signature(spec.check).parameters == twin.parameters
-    wrapper = inspect.getmodule(spec.launch)  # check and source live beside the launch
-    assert inspect.getmodule(spec.check) is wrapper and spec.source is wrapper.SOURCE
-    assert inspect.getmodule(spec.twin) is ref
-    assert any(k.startswith(f"zs_{name}") for k in spec.source.kernels)
+    declared = _params(spec.kernel.signature)
+    assert isinstance(spec.kernel, Kernel) and spec.kernel.name == name
+    assert spec.twin.__name__ == name and inspect.getmodule(spec.twin) is ref
+    assert _params(inspect.signature(spec.twin)) == declared
+    assert _params(inspect.signature(spec.kernel.check)) == declared
+    launch = _params(inspect.signature(spec.kernel.launch))
+    assert launch[0][0] == "device_index" and launch[1:] == declared
+    assert any(k.startswith(f"zs_{name}") for k in spec.kernel.source.kernels)
+
+
+def test_declaration_binds_like_python():
+    check = guard_accumulate.check
+    args = (torch.zeros(1), torch.zeros(1), torch.zeros(3, dtype=torch.int32), torch.zeros(6, dtype=torch.float64))
+    check(*args)
+    check(*args[:2], flags=args[2], accum=args[3])
+    with pytest.raises(TypeError, match="takes 4 positional arguments but 5"):
+        check(*args, args[0])
+    with pytest.raises(TypeError, match="unexpected keyword argument 'acum'"):
+        check(*args[:3], acum=args[3])
+    with pytest.raises(TypeError, match="multiple values for argument 'flags'"):
+        check(*args, flags=args[2])
+    with pytest.raises(TypeError, match=r"missing required arguments: \['accum'\]"):
+        check(*args[:3])
+    with pytest.raises(TypeError, match="takes 3 positional arguments but 5"):
+        divergence.check(torch.zeros(5), args[2][:1], args[2][:1], 1.0, 2)  # options are keyword-only
+
+
+def _launch_cases() -> dict:
+    """One valid call of every kernel on CPU tensors (and a second where an argument may be None / a float)."""
+    from rl_zerosync.kernels.add import nstep_tables
+    from rl_zerosync.kernels.layernorm import layernorm_part_numel
+    from rl_zerosync.kernels.linear import backward_gemms, forward_gemms, workspace
+    from rl_zerosync.kernels.td_loss import td_loss_scratch_numel
+
+    f, i, l, d, b = torch.float32, torch.int32, torch.int64, torch.float64, torch.bool
+    z = lambda *shape, dt=f: torch.zeros(shape, dtype=dt)  # noqa: E731
+    scales, table = nstep_tables(0.9, 3, torch.device("cpu"))
+    jobs = [[z(6, 7)[:, :4], z(3, 4), z(3), z(6, 3)], [z(5, 4), z(3, 4), z(3), z(5, 3)]]
+    fwd_ws = workspace([forward_gemms(jobs)])
+    dz, x = z(512, 66)[:, :64], z(512, 64)
+    bwd_ws = workspace([backward_gemms(dz, x, True)])
+    packed = z(9, 40, dt=i)
+    td = lambda w: (z(9, 5), z(9, 5), z(9, 5), packed[:, 2:4].view(l)[:, 0], packed[:, 4].view(f),  # noqa: E731
+                    z(9), packed.view(torch.uint8)[:, 20].view(b), packed[:, 5].view(f) if w else None, z(9, 5),
+                    z(1), z(9) if w else None, z(5), z(td_loss_scratch_numel(9), dt=d), z(1, dt=i))
+    adam = (z(300), z(300), z(300), z(300), z(1), z(1), z(1), z(1), z(1, dt=i))
+    hyper = dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01)
+    rollout = (z(4, 3, 6), z(4, 3, 6), z(4, 3, dt=l), z(4, 3), z(4, 3, dt=b), z(4, 3, dt=b), z(20, 20, dt=i),
+               scales, table)
+    offsets = dict(obs_at=0, next_obs_at=8, actions_at=14, rewards_at=16, discounts_at=17, terminateds_at=18)
+    return {
+        "guard_check": [((z(1), z(1), z(1), z(3, dt=i), z(1), z(1), z(1)), dict(loss_clip=1.0, collapse_threshold=0.0)),
+                        ((z(1), z(1), 1.0, z(3, dt=i), z(1), z(1), z(1)), dict(loss_clip=1.0, collapse_threshold=0.0))],
+        "guard_accumulate": [((z(1), z(1), z(3, dt=i), z(6, dt=d)), {})],
+        "guard_record": [((z(1), z(1), z(1), z(3, dt=i), z(5), z(1, dt=i), z(6, dt=d), z(5, dt=d), z(3, 6, dt=d),
+                           z(1, dt=d)), {})],
+        "qstats": [((z(300, 5), z(5), z(qstats_scratch_numel(300))), {})],
+        "td_loss": [(td(True), dict(loss_type="huber")), (td(False), dict(loss_type="mse"))],
+        "divergence": [((z(5), z(1, dt=i), z(1, dt=i)), dict(threshold=1.0, patience=3))],
+        "epsilon_greedy": [((z(7, 5), z(1), z(1, dt=l), z(7, dt=l)), dict(seed=3))],
+        "branching_select": [((z(7, 5), z(7, 3), z(7, 3), z(1), z(1, dt=l), z(7, dt=l)), dict(seed=3))],
+        "route": [((z(7, dt=l), z(7), z(7), z(7), z(7), z(7, dt=l)), dict(low_vol=0.5))],
+        "replay_add": [((*rollout, None, z(1, dt=d)), dict(start=3, first_row=0, **offsets)),
+                       ((*rollout, z(20, dt=d), z(1, dt=d)), dict(start=19, first_row=2, **offsets))],
+        "grad_norm": [((z(2 * 2048), z(2), z(1), z(1, dt=i)), {})],
+        "adam_step": [(adam, dict(**hyper, grad_clip=None)), (adam, dict(**hyper, grad_clip=1.0))],
+        "linear_forward": [((jobs, z(fwd_ws[0]), z(fwd_ws[1], dt=i)), dict(relu=True))],
+        "linear_backward": [((dz, x, z(64, 64), z(64, 64), z(64), z(512, 64), z(bwd_ws[0]), z(bwd_ws[1], dt=i)), {}),
+                            ((dz, x, z(64, 64), z(64, 64), z(64), None, z(bwd_ws[0]), z(bwd_ws[1], dt=i)), {})],
+        "layernorm_relu": [(([(z(4, 8), z(8), z(8), z(4, 8), z(4, 2)), (z(9, 8), z(8), z(8), z(9, 8), z(9, 2))],),
+                            dict(eps=1e-5))],
+        "layernorm_backward": [((z(4, 8), z(4, 8), z(4, 2), z(8), z(4, 8), z(8), z(8), z(layernorm_part_numel(4, 8)),
+                                 z(1, dt=i)), {})],
+        "replay_sample": [((z(10, 8, dt=i), z(1, dt=l), torch.arange(5), z(1, dt=l), z(1, dt=l), z(5, dt=l),
+                            z(5, 8, dt=i), z(1, dt=i)), dict(seed_key=7))],
+    }
+
+
+C_TYPES = {"long long": np.int64, "int": np.int32, "unsigned int": np.uint32, "float": np.float32}
+
+
+def _cu_parameters(source, entry: str) -> list:
+    """The numpy types CuPy must pass for the parameters of ``entry`` in its ``.cu`` (pointers: uint64)."""
+    text = (KERNEL_DIR / source.filename).read_text()
+    params = re.search(rf"\b{entry}\s*\(([^)]*)\)\s*\{{", text).group(1).split(",")
+    return [np.uint64 if "*" in p else C_TYPES[" ".join(p.split()[:-1])] for p in params]
+
+
+def _tensors_of(values) -> list:
+    out = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            out.append(v)
+        elif isinstance(v, (list, tuple)):
+            out += _tensors_of(v)
+    return out
+
+
+def test_launches_pass_what_the_cu_declares(monkeypatch):
+    """Every kernel's CuPy arguments (recorded on CPU tensors, no GPU) have the types of its ``.cu``
+    parameters, and every pointer is NULL or into one of the call's buffers (an unused workspace
+    offset may point at its end)."""
+    calls, enqueue = [], kernel_launch.launch
+    for module in [m for n, m in sys.modules.items() if n.startswith("rl_zerosync.kernels.")]:
+        if getattr(module, "launch", None) is enqueue:
+            monkeypatch.setattr(module, "launch", lambda source, kernel, *, device_index, grid, block, args,
+                                shared_mem=0: calls.append((source, kernel, grid, block, list(args))))
+    cases = _launch_cases()
+    assert sorted(cases) == sorted(KERNELS)
+    for name, calls_of in cases.items():
+        for args, kwargs in calls_of:
+            spec = KERNELS[name]
+            spec.kernel.check(*args, **kwargs)
+            calls.clear()
+            spec.kernel.launch(0, *args, **kwargs)
+            assert calls and [c[1] for c in calls] == [k for k in spec.kernel.source.kernels if k in
+                                                       {c[1] for c in calls}], name
+            spans = [(t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()) for t in _tensors_of(args)]
+            for source, entry, grid, block, cuda_args in calls:
+                assert source is spec.kernel.source and grid >= 1 and block >= 1, (name, entry)
+                assert [type(a) for a in cuda_args] == _cu_parameters(source, entry), (name, entry)
+                for a in cuda_args:
+                    if type(a) is np.uint64 and a != 0:
+                        assert any(lo <= int(a) <= hi for lo, hi in spans), (name, entry, int(a))  # or its end
+    calls.clear()
+    KERNELS["route"].kernel.launch(0, *(torch.zeros(0, dtype=t) for t in (torch.int64,) + (torch.float32,) * 4
+                                        + (torch.int64,)))
+    assert calls == []  # zero rows: nothing to launch
 
 
 def test_kernels_methods_come_from_the_table():
@@ -856,7 +985,7 @@ def test_kernels_methods_come_from_the_table():
     cuda = Kernels("cuda:3", backend="cuda")  # built without touching a GPU
     for name, spec in KERNELS.items():
         run = getattr(cuda, name)
-        assert (run.func, run.args) == (spec.launch, (3,))
+        assert (run.func, run.args) == (spec.kernel.launch, (3,))
     with pytest.raises(ValueError, match="indexed CUDA device"):
         Kernels("cpu", backend="cuda")
     with pytest.raises(ValueError, match="backend must be one of"):

@@ -15,7 +15,7 @@ import torch
 from rl_zerosync.kernels import Kernels, get_kernels
 from rl_zerosync.kernels import reference as ref
 from rl_zerosync.kernels.rng import MASK32, hash32, seed_key
-from rl_zerosync.kernels.sample import check_replay_sample
+from rl_zerosync.kernels.sample import replay_sample
 from rl_zerosync.learner.replay import DeviceReplayBuffer, ReplaySample
 
 SEED = 21
@@ -250,13 +250,13 @@ def _check_bufs(batch: int = 5, capacity: int = 10, words: int = 8) -> dict:
 )
 def test_check_replay_sample_errors(change, match):
     with pytest.raises(ValueError, match=match):
-        check_replay_sample(**{**_check_bufs(), **change}, seed_key=0)
+        replay_sample.check(**{**_check_bufs(), **change}, seed_key=0)
 
 
 @pytest.mark.parametrize("bad", [-1, 2**32, True, 1.5, "3", None])
 def test_check_replay_sample_seed_key(bad):
     with pytest.raises(ValueError, match=r"seed_key must be an int in \[0, 2\*\*32\)"):
-        check_replay_sample(**_check_bufs(), seed_key=bad)
+        replay_sample.check(**_check_bufs(), seed_key=bad)
 
 
 def test_bind_replay_sample_checks_once_and_launches():
@@ -264,8 +264,8 @@ def test_bind_replay_sample_checks_once_and_launches():
     bufs = _check_bufs(batch=3, capacity=4, words=4)
     bufs["packed"].copy_(torch.arange(16, dtype=torch.int32).reshape(4, 4))
     bufs["size"].fill_(4)
-    check_replay_sample(**bufs, seed_key=0)
-    check_replay_sample(**bufs, seed_key=2**32 - 1)
+    replay_sample.check(**bufs, seed_key=0)
+    replay_sample.check(**bufs, seed_key=2**32 - 1)
     launch = k.bind_replay_sample(*bufs.values(), seed_key=5)  # positional form, in signature order
     launch()
     k.bind_replay_sample(**bufs, seed_key=5)()  # keyword form

@@ -6,10 +6,11 @@ Usage::
     launch = k.bind_qstats(q, out, scratch)  # validate the buffers once
     launch()                                 # hot path: no allocation, no host read
 
-One kernel = one ``.cu`` + one wrapper module (its check and launch) + one twin in ``reference.py``,
-listed once in :data:`KERNELS` (``api.py``); the flat buffers they share are described once in
-``layouts.py``. See ``docs/ARCHITECTURE.md`` (section ``rl_zerosync.kernels``) for every kernel's
-contract.
+One kernel = one ``.cu`` + its declaration in the wrapper module beside it (arguments, rules and
+launches, ``declare.py``; its check and its CuPy arguments derive from it) + one twin with the
+declared signature in ``reference.py``, listed once in :data:`KERNELS` (``api.py``); the flat
+buffers they share are described once in ``layouts.py``. See ``docs/ARCHITECTURE.md`` (section
+``rl_zerosync.kernels``) for every kernel's contract.
 """
 from rl_zerosync.kernels.api import KERNELS, Kernels, KernelSpec
 from rl_zerosync.kernels.backend import backend_info, get_kernels, log_backend, resolve_backend, set_default_backend

@@ -1,4 +1,4 @@
-"""``adam.cu``: check and launch of ``adam_step`` (twin: ``reference.adam_step``).
+"""``adam.cu``: declaration of ``adam_step`` (twin: ``reference.adam_step``).
 
 One Adam / AdamW step (``torch.optim.Adam`` / ``AdamW`` semantics) over flat f32 buffers, the
 gradient scaled by the guard's ``loss_scale`` and a global-norm clip, skipped on the device when
@@ -17,8 +17,9 @@ import numpy as np
 import torch
 
 from rl_zerosync.kernels.compile import CudaSource
-from rl_zerosync.kernels.launch import ELEMENTWISE_BLOCK, f32, grid_for, i32, i64, launch, ptr
-from rl_zerosync.kernels.validate import expect_finite, expect_rows, expect_tensor, tensor_device
+from rl_zerosync.kernels.declare import Bound, Kernel, Launch, Tensor, Value
+from rl_zerosync.kernels.launch import ELEMENTWISE_BLOCK, f32, grid_for, i32
+from rl_zerosync.kernels.validate import expect_finite, expect_rows
 
 CLIP_EPS = float(np.float32(1e-6))
 """Added to ``grad_norm * loss_scale`` before the clip ratio (``ZS_ADAM_CLIP_EPS`` in CUDA): 1e-6
@@ -52,77 +53,49 @@ def derived_constants(lr: float, beta1: float, beta2: float, weight_decay: float
     return 1.0 - beta1, 1.0 - beta2, decay
 
 
-def check_adam_step(
-    params: torch.Tensor,
-    grads: torch.Tensor,
-    exp_avg: torch.Tensor,
-    exp_avg_sq: torch.Tensor,
-    step: torch.Tensor,
-    found_inf: torch.Tensor,
-    loss_scale: torch.Tensor,
-    grad_norm: torch.Tensor,
-    blocks_done: torch.Tensor,
-    *,
-    lr: float,
-    beta1: float,
-    beta2: float,
-    eps: float,
-    weight_decay: float,
-    grad_clip: Optional[float],
-) -> None:
-    """Validate the buffers and hyperparameters of ``adam_step`` (four f32[N], N >= 1)."""
-    dev = tensor_device("params", params)
-    expect_tensor("params", params, dtype=torch.float32, shape=(None,), device=dev)
-    n = params.shape[0]
-    if n < 1:
+def _check_params(b: Bound) -> None:
+    if b.N < 1:
         raise ValueError("params must have at least one element, got 0")
-    expect_rows("params", n)
-    for name, t in (("grads", grads), ("exp_avg", exp_avg), ("exp_avg_sq", exp_avg_sq)):
-        expect_tensor(name, t, dtype=torch.float32, shape=(n,), device=dev)
-    for name, t in (("step", step), ("found_inf", found_inf), ("loss_scale", loss_scale), ("grad_norm", grad_norm)):
-        expect_tensor(name, t, dtype=torch.float32, shape=(1,), device=dev)
-    expect_tensor("blocks_done", blocks_done, dtype=torch.int32, shape=(1,), device=dev)
-    _expect_hyper("lr", lr, minimum=0.0, strict=True)
-    _expect_hyper("beta1", beta1, minimum=0.0, below=1.0)
-    _expect_hyper("beta2", beta2, minimum=0.0, below=1.0)
-    _expect_hyper("eps", eps, minimum=0.0, strict=True)
-    _expect_hyper("weight_decay", weight_decay, minimum=0.0)
-    if grad_clip is not None:
-        _expect_hyper("grad_clip", grad_clip, minimum=0.0, strict=True)
-    decay = derived_constants(lr, beta1, beta2, weight_decay)[2]
+    expect_rows("params", b.N)
+
+
+def _check_hyperparameters(b: Bound) -> None:
+    _expect_hyper("lr", b.lr, minimum=0.0, strict=True)
+    _expect_hyper("beta1", b.beta1, minimum=0.0, below=1.0)
+    _expect_hyper("beta2", b.beta2, minimum=0.0, below=1.0)
+    _expect_hyper("eps", b.eps, minimum=0.0, strict=True)
+    _expect_hyper("weight_decay", b.weight_decay, minimum=0.0)
+    if b.grad_clip is not None:
+        _expect_hyper("grad_clip", b.grad_clip, minimum=0.0, strict=True)
+    decay = derived_constants(b.lr, b.beta1, b.beta2, b.weight_decay)[2]
     if not abs(_as_f32(decay)) < float("inf"):
         raise ValueError(f"weight_decay: 1 - lr * weight_decay must be finite in float32, got {decay!r}")
 
 
-def adam_step(
-    device_index: int,
-    params: torch.Tensor,
-    grads: torch.Tensor,
-    exp_avg: torch.Tensor,
-    exp_avg_sq: torch.Tensor,
-    step: torch.Tensor,
-    found_inf: torch.Tensor,
-    loss_scale: torch.Tensor,
-    grad_norm: torch.Tensor,
-    blocks_done: torch.Tensor,
-    *,
-    lr: float,
-    beta1: float,
-    beta2: float,
-    eps: float,
-    weight_decay: float,
-    grad_clip: Optional[float],
-) -> None:
-    """Enqueue ``zs_adam_step`` (one thread per element; ``blocks_done`` must be 0, and is left 0)."""
-    n = params.shape[0]
-    c1, c2, decay = derived_constants(lr, beta1, beta2, weight_decay)
-    launch(
-        SOURCE,
-        "zs_adam_step",
-        device_index=device_index,
-        grid=grid_for(n),
-        block=ELEMENTWISE_BLOCK,
-        args=(ptr(params), ptr(grads), ptr(exp_avg), ptr(exp_avg_sq), ptr(step), ptr(found_inf), ptr(loss_scale),
-              ptr(grad_norm), ptr(blocks_done), i64(n), f32(lr), f32(beta1), f32(beta2), f32(eps), f32(c1),
-              f32(c2), f32(decay), f32(0.0 if grad_clip is None else grad_clip), i32(grad_clip is not None)),
-    )
+def _derived_args(b: Bound) -> tuple:
+    """``c1, c2, decay, clip, use_clip`` of ``zs_adam_step``."""
+    c1, c2, decay = derived_constants(b.lr, b.beta1, b.beta2, b.weight_decay)
+    return f32(c1), f32(c2), f32(decay), f32(0.0 if b.grad_clip is None else b.grad_clip), i32(b.grad_clip is not None)
+
+
+adam_step = Kernel("adam_step", SOURCE, (
+    Tensor("params", torch.float32, ("N",), rule=_check_params),
+    Tensor("grads", torch.float32, ("N",)),
+    Tensor("exp_avg", torch.float32, ("N",)),
+    Tensor("exp_avg_sq", torch.float32, ("N",)),
+    Tensor("step", torch.float32, (1,)),
+    Tensor("found_inf", torch.float32, (1,)),
+    Tensor("loss_scale", torch.float32, (1,)),
+    Tensor("grad_norm", torch.float32, (1,)),
+    Tensor("blocks_done", torch.int32, (1,)),
+    Value("lr", f32),
+    Value("beta1", f32),
+    Value("beta2", f32),
+    Value("eps", f32),
+    Value("weight_decay"),
+    Value("grad_clip"),
+), rule=_check_hyperparameters, cuda=Launch(
+    "zs_adam_step", lambda b: grid_for(b.N), ELEMENTWISE_BLOCK,
+    ("params", "grads", "exp_avg", "exp_avg_sq", "step", "found_inf", "loss_scale", "grad_norm", "blocks_done",
+     "N:i64", "lr", "beta1", "beta2", "eps", _derived_args),
+))

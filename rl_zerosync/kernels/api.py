@@ -1,9 +1,21 @@
 """The kernel table and the one ``Kernels`` object built from it, for both backends.
 
-:data:`KERNELS` maps each kernel name to a :class:`KernelSpec`: its CUDA launch (the wrapper module
-beside its ``.cu``), its torch twin (``reference.py``), its bind-time check (beside the launch) and
-its CUDA source. Adding or changing a kernel touches its ``.cu``, its wrapper, its twin, its tests
-and one row here.
+:data:`KERNELS` maps each kernel name to a :class:`KernelSpec`: its declaration (a
+:class:`~rl_zerosync.kernels.declare.Kernel` in the wrapper module beside its ``.cu``: arguments,
+rules, CUDA launches) and its torch twin (``reference.py``). The declaration is the one place a
+kernel's arguments are written in Python: its bind-time check and its CuPy argument lists derive
+from it, and a CPU test holds the twin to its signature.
+
+Adding a kernel:
+
+1. the ``.cu`` (its constants come from ``#define`` lines generated from Python, ``compile.py``);
+2. in a wrapper module beside it, its ``SOURCE`` and its declaration: one ``Tensor(name, dtype,
+   shape)`` or ``Value(name, cast)`` per argument in signature order, a rule for what they cannot
+   say (value ranges, sizes computed from dimensions, overlaps), and one ``Launch(entry point, grid,
+   block, args)`` per entry point, ``args`` following the ``.cu`` parameter list (``declare.py``);
+3. its twin in ``reference.py``: the same parameter names, kinds and defaults, in order;
+4. one row here, and tests: the twin against hand-computed values (CPU), the kernel against the
+   twin (GPU), the check's messages.
 
 A :class:`Kernels` object gets one method per table row, with that kernel's signature (e.g.
 ``k.qstats(q, out, scratch)``): the twin on the "torch" backend, the launch on the "cuda" backend.
@@ -22,6 +34,7 @@ import torch
 from rl_zerosync.kernels import (adam, add, divergence, guard, layernorm, linear, norm, qstats, reference, route,
                                  sample, select, td_loss)
 from rl_zerosync.kernels.compile import CudaSource, load_module
+from rl_zerosync.kernels.declare import Kernel
 
 Launcher = Callable[[], None]
 
@@ -31,49 +44,38 @@ class KernelSpec:
     """One kernel of the table.
 
     Attributes:
-        launch: The CUDA launch, ``launch(device_index, *args, **kwargs)``.
+        kernel: Its declaration: ``kernel.check(*args, **kwargs)`` (raises ValueError naming the
+            argument), ``kernel.launch(device_index, *args, **kwargs)``, ``kernel.source``,
+            ``kernel.signature``.
         twin: The torch twin, ``twin(*args, **kwargs)`` (the same arguments).
-        check: The bind-time check, ``check(*args, **kwargs)``; raises ValueError naming the argument.
-        source: The CUDA source the launch compiles.
     """
 
-    launch: Callable[..., None]
+    kernel: Kernel
     twin: Callable[..., None]
-    check: Callable[..., None]
-    source: CudaSource
 
 
-KERNELS: Dict[str, KernelSpec] = {
-    "guard_check": KernelSpec(guard.guard_check, reference.guard_check, guard.check_guard_check, guard.SOURCE),
-    "guard_accumulate": KernelSpec(guard.guard_accumulate, reference.guard_accumulate, guard.check_guard_accumulate,
-                                   guard.SOURCE),
-    "guard_record": KernelSpec(guard.guard_record, reference.guard_record, guard.check_guard_record, guard.SOURCE),
-    "qstats": KernelSpec(qstats.qstats, reference.qstats, qstats.check_qstats, qstats.SOURCE),
-    "td_loss": KernelSpec(td_loss.td_loss, reference.td_loss, td_loss.check_td_loss, td_loss.SOURCE),
-    "divergence": KernelSpec(divergence.divergence, reference.divergence, divergence.check_divergence,
-                             divergence.SOURCE),
-    "epsilon_greedy": KernelSpec(select.epsilon_greedy, reference.epsilon_greedy, select.check_epsilon_greedy,
-                                 select.SOURCE),
-    "branching_select": KernelSpec(select.branching_select, reference.branching_select,
-                                   select.check_branching_select, select.SOURCE),
-    "route": KernelSpec(route.route, reference.route, route.check_route, route.SOURCE),
-    "replay_add": KernelSpec(add.replay_add, reference.replay_add, add.check_replay_add, add.SOURCE),
-    "grad_norm": KernelSpec(norm.grad_norm, reference.grad_norm, norm.check_grad_norm, norm.SOURCE),
-    "adam_step": KernelSpec(adam.adam_step, reference.adam_step, adam.check_adam_step, adam.SOURCE),
-    "linear_forward": KernelSpec(linear.linear_forward, reference.linear_forward, linear.check_linear_forward,
-                                 linear.SOURCE),
-    "linear_backward": KernelSpec(linear.linear_backward, reference.linear_backward, linear.check_linear_backward,
-                                  linear.SOURCE),
-    "layernorm_relu": KernelSpec(layernorm.layernorm_relu, reference.layernorm_relu,
-                                 layernorm.check_layernorm_relu, layernorm.SOURCE),
-    "layernorm_backward": KernelSpec(layernorm.layernorm_backward, reference.layernorm_backward,
-                                     layernorm.check_layernorm_backward, layernorm.SOURCE),
-    "replay_sample": KernelSpec(sample.replay_sample, reference.replay_sample, sample.check_replay_sample,
-                                sample.SOURCE),
-}
-"""Every kernel: name -> launch, twin, check, source (see ``docs/ARCHITECTURE.md`` for semantics)."""
+KERNELS: Dict[str, KernelSpec] = {spec.kernel.name: spec for spec in (
+    KernelSpec(guard.guard_check, reference.guard_check),
+    KernelSpec(guard.guard_accumulate, reference.guard_accumulate),
+    KernelSpec(guard.guard_record, reference.guard_record),
+    KernelSpec(qstats.qstats, reference.qstats),
+    KernelSpec(td_loss.td_loss, reference.td_loss),
+    KernelSpec(divergence.divergence, reference.divergence),
+    KernelSpec(select.epsilon_greedy, reference.epsilon_greedy),
+    KernelSpec(select.branching_select, reference.branching_select),
+    KernelSpec(route.route, reference.route),
+    KernelSpec(add.replay_add, reference.replay_add),
+    KernelSpec(norm.grad_norm, reference.grad_norm),
+    KernelSpec(adam.adam_step, reference.adam_step),
+    KernelSpec(linear.linear_forward, reference.linear_forward),
+    KernelSpec(linear.linear_backward, reference.linear_backward),
+    KernelSpec(layernorm.layernorm_relu, reference.layernorm_relu),
+    KernelSpec(layernorm.layernorm_backward, reference.layernorm_backward),
+    KernelSpec(sample.replay_sample, reference.replay_sample),
+)}
+"""Every kernel: name -> declaration and twin (see ``docs/ARCHITECTURE.md`` for semantics)."""
 
-SOURCES: Dict[str, CudaSource] = {spec.source.filename: spec.source for spec in KERNELS.values()}
+SOURCES: Dict[str, CudaSource] = {spec.kernel.source.filename: spec.kernel.source for spec in KERNELS.values()}
 """Every CUDA source of the table, by file name."""
 
 CONCRETE_BACKENDS = ("cuda", "torch")
@@ -105,7 +107,7 @@ class Kernels:
         if backend == "cuda" and (self.device.type != "cuda" or self.device.index is None):
             raise ValueError(f"device must be an indexed CUDA device, got {self.device}")
         for name, spec in KERNELS.items():
-            run = functools.partial(spec.launch, self.device.index) if backend == "cuda" else spec.twin
+            run = functools.partial(spec.kernel.launch, self.device.index) if backend == "cuda" else spec.twin
             setattr(self, name, run)
             setattr(self, f"bind_{name}", functools.partial(self.bind, name))
 
@@ -124,7 +126,7 @@ class Kernels:
 
         ``k.bind_<name>(*args, **kwargs)`` is ``k.bind("<name>", *args, **kwargs)``.
         """
-        KERNELS[name].check(*args, **kwargs)
+        KERNELS[name].kernel.check(*args, **kwargs)
         first = next(_tensors((*args, *kwargs.values())))
         if first.device != self.device:
             raise ValueError(f"{name}: buffers are on {first.device}, these kernels are for {self.device}")

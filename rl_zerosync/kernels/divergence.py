@@ -1,4 +1,4 @@
-"""``divergence.cu``: check and launch of ``divergence`` (twin: ``reference.divergence``).
+"""``divergence.cu``: declaration of ``divergence`` (twin: ``reference.divergence``).
 
 Reads a :data:`~rl_zerosync.kernels.layouts.QSTATS` output; one thread updates the patience
 counter (saturating at ``INT32_MAX``) and the sticky flag.
@@ -8,36 +8,24 @@ from __future__ import annotations
 import torch
 
 from rl_zerosync.kernels.compile import CudaSource
-from rl_zerosync.kernels.launch import SCALAR_BLOCK, SCALAR_GRID, f32, i32, launch, ptr
+from rl_zerosync.kernels.declare import Bound, Kernel, Launch, Tensor, Value
+from rl_zerosync.kernels.launch import SCALAR_BLOCK, SCALAR_GRID, f32, i32
 from rl_zerosync.kernels.layouts import INT32_MAX, QSTATS
-from rl_zerosync.kernels.validate import expect_finite, expect_tensor, tensor_device
+from rl_zerosync.kernels.validate import expect_finite
 
 SOURCE = CudaSource("divergence.cu", ("zs_divergence",))
 
 
-def check_divergence(
-    qstats_out: torch.Tensor, counter: torch.Tensor, flag: torch.Tensor, *, threshold: float, patience: int
-) -> None:
-    """Validate the buffers and options of ``divergence``."""
-    dev = tensor_device("qstats_out", qstats_out)
-    expect_tensor("qstats_out", qstats_out, dtype=torch.float32, shape=(QSTATS.size,), device=dev)
-    expect_tensor("counter", counter, dtype=torch.int32, shape=(1,), device=dev)
-    expect_tensor("flag", flag, dtype=torch.int32, shape=(1,), device=dev)
-    expect_finite("threshold", threshold, minimum=0.0)
-    if isinstance(patience, bool) or not isinstance(patience, int) or not 1 <= patience <= INT32_MAX:
-        raise ValueError(f"patience must be an int in [1, 2**31 - 1], got {patience!r}")
+def _check_options(b: Bound) -> None:
+    expect_finite("threshold", b.threshold, minimum=0.0)
+    if isinstance(b.patience, bool) or not isinstance(b.patience, int) or not 1 <= b.patience <= INT32_MAX:
+        raise ValueError(f"patience must be an int in [1, 2**31 - 1], got {b.patience!r}")
 
 
-def divergence(
-    device_index: int, qstats_out: torch.Tensor, counter: torch.Tensor, flag: torch.Tensor, *,
-    threshold: float, patience: int,
-) -> None:
-    """Enqueue ``zs_divergence``."""
-    launch(
-        SOURCE,
-        "zs_divergence",
-        device_index=device_index,
-        grid=SCALAR_GRID,
-        block=SCALAR_BLOCK,
-        args=(ptr(qstats_out), ptr(counter), ptr(flag), f32(threshold), i32(patience)),
-    )
+divergence = Kernel("divergence", SOURCE, (
+    Tensor("qstats_out", torch.float32, (QSTATS.size,)),
+    Tensor("counter", torch.int32, (1,)),
+    Tensor("flag", torch.int32, (1,)),
+    Value("threshold", f32),
+    Value("patience", i32),
+), rule=_check_options, cuda=Launch("zs_divergence", SCALAR_GRID, SCALAR_BLOCK))

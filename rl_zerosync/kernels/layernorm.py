@@ -1,4 +1,4 @@
-"""``layernorm.cu``: checks and launches of ``layernorm_relu`` and ``layernorm_backward`` (twins:
+"""``layernorm.cu``: declarations of ``layernorm_relu`` and ``layernorm_backward`` (twins:
 ``reference.layernorm_relu`` / ``reference.layernorm_backward``); one launch each, no host sync.
 
 The hidden layers' ``LayerNorm -> ReLU`` of a Q network with ``layernorm=True``, beside the
@@ -18,11 +18,10 @@ Every tensor is float32 and contiguous.
 """
 from __future__ import annotations
 
-from typing import Sequence
-
 import torch
 
 from rl_zerosync.kernels.compile import CudaSource
+from rl_zerosync.kernels.declare import Bound, Kernel, Launch, Tensor, Value
 from rl_zerosync.kernels.launch import NULL, f32, i32, launch, ptr
 from rl_zerosync.kernels.validate import expect_apart, expect_finite, expect_tensor, tensor_device
 
@@ -49,11 +48,11 @@ def layernorm_part_numel(rows: int, n: int) -> int:
     return 2 * int(n) * -(-int(rows) // layernorm_rows_per_block(rows))
 
 
-def check_layernorm_relu(jobs: Sequence[Sequence[torch.Tensor]], *, eps: float) -> None:
-    """Validate ``layernorm_relu``: 1 or 2 jobs ``(z, gamma, beta, a, stats)`` sharing ``n``."""
+def _check_jobs(b: Bound) -> None:
+    """1 or 2 jobs ``(z, gamma, beta, a, stats)`` sharing ``n``."""
+    jobs = b.jobs
     if not isinstance(jobs, (list, tuple)) or not 1 <= len(jobs) <= MAX_JOBS:
         raise ValueError(f"jobs must be a list of 1 or {MAX_JOBS} (z, gamma, beta, a, stats) tuples, got {jobs!r}")
-    expect_finite("eps", eps, minimum=0.0, strict=True)
     n = None
     dev = None
     for j, job in enumerate(jobs):
@@ -72,52 +71,53 @@ def check_layernorm_relu(jobs: Sequence[Sequence[torch.Tensor]], *, eps: float) 
         expect_tensor(f"jobs[{j}].stats", stats, dtype=torch.float32, shape=(m, 2), device=dev)
 
 
-def check_layernorm_backward(dy: torch.Tensor, z: torch.Tensor, stats: torch.Tensor, gamma: torch.Tensor,
-                             dz: torch.Tensor, dgamma: torch.Tensor, dbeta: torch.Tensor, part: torch.Tensor,
-                             blocks_done: torch.Tensor) -> None:
-    """Validate ``layernorm_backward``: ``dy``, ``z``, ``dz [B, n]``, ``stats [B, 2]``, ``gamma``,
-    ``dgamma``, ``dbeta [n]``."""
-    dev = tensor_device("dy", dy)
-    expect_tensor("dy", dy, dtype=torch.float32, shape=(None, None), device=dev)
-    rows, n = int(dy.shape[0]), int(dy.shape[1])
-    if rows < 1 or n < 1:
-        raise ValueError(f"dy must have at least one row and one column, got {list(dy.shape)}")
-    for name, t in (("z", z), ("dz", dz)):
-        expect_tensor(name, t, dtype=torch.float32, shape=(rows, n), device=dev)
-    expect_tensor("stats", stats, dtype=torch.float32, shape=(rows, 2), device=dev)
-    for name, t in (("gamma", gamma), ("dgamma", dgamma), ("dbeta", dbeta)):
-        expect_tensor(name, t, dtype=torch.float32, shape=(n,), device=dev)
-    expect_tensor("part", part, dtype=torch.float32, shape=(None,), device=dev)
-    need = layernorm_part_numel(rows, n)
-    if part.numel() < need:
-        raise ValueError(f"part must have at least layernorm_part_numel({rows}, {n}) = {need} elements, "
-                         f"got {part.numel()}")
-    expect_tensor("blocks_done", blocks_done, dtype=torch.int32, shape=(1,), device=dev)
-    for name, out in (("dz", dz), ("dgamma", dgamma), ("dbeta", dbeta)):
-        expect_apart(name, out, dy=dy, z=z, stats=stats, gamma=gamma)
-
-
-def layernorm_relu(device_index: int, jobs: Sequence[Sequence[torch.Tensor]], *, eps: float) -> None:
-    """Enqueue ``zs_layernorm_relu`` for the jobs."""
+def _launch_relu(device_index: int, b: Bound) -> None:
+    """``zs_layernorm_relu`` for the jobs (an unused second job slot gets NULL pointers)."""
     args: list = []
     blocks = 0
     for j in range(MAX_JOBS):
-        if j < len(jobs):
-            z, gamma, beta, a, stats = jobs[j]
+        if j < len(b.jobs):
+            z, gamma, beta, a, stats = b.jobs[j]
             args += [ptr(z), ptr(gamma), ptr(beta), ptr(a), ptr(stats), i32(z.shape[0])]
             blocks += -(-int(z.shape[0]) // LN_WARPS)
         else:
             args += [NULL, NULL, NULL, NULL, NULL, i32(0)]
-    args += [i32(jobs[0][0].shape[1]), f32(eps)]
+    args += [i32(b.jobs[0][0].shape[1]), f32(b.eps)]
     launch(SOURCE, "zs_layernorm_relu", device_index=device_index, grid=blocks, block=32 * LN_WARPS, args=args)
 
 
-def layernorm_backward(device_index: int, dy: torch.Tensor, z: torch.Tensor, stats: torch.Tensor,
-                       gamma: torch.Tensor, dz: torch.Tensor, dgamma: torch.Tensor, dbeta: torch.Tensor,
-                       part: torch.Tensor, blocks_done: torch.Tensor) -> None:
-    """Enqueue ``zs_layernorm_backward`` (``blocks_done`` must be 0, and is left 0)."""
-    rows, n = int(dy.shape[0]), int(dy.shape[1])
-    per = layernorm_rows_per_block(rows)
-    launch(SOURCE, "zs_layernorm_backward", device_index=device_index, grid=-(-rows // per), block=32 * LN_WARPS,
-           args=(ptr(dy), ptr(z), ptr(stats), ptr(gamma), ptr(dz), ptr(dgamma), ptr(dbeta), ptr(part),
-                 ptr(blocks_done), i32(rows), i32(n), i32(per)))
+layernorm_relu = Kernel("layernorm_relu", SOURCE, (
+    Value("jobs", positional=True, rule=_check_jobs),
+    Value("eps"),
+), rule=lambda b: expect_finite("eps", b.eps, minimum=0.0, strict=True), cuda=_launch_relu)
+
+
+def _check_backward(b: Bound) -> None:
+    need = layernorm_part_numel(b.B, b.n)
+    if b.part.numel() < need:
+        raise ValueError(f"part must have at least layernorm_part_numel({b.B}, {b.n}) = {need} elements, "
+                         f"got {b.part.numel()}")
+    for name in ("dz", "dgamma", "dbeta"):
+        expect_apart(name, getattr(b, name), dy=b.dy, z=b.z, stats=b.stats, gamma=b.gamma)
+
+
+def _check_rows(b: Bound) -> None:
+    if b.B < 1 or b.n < 1:
+        raise ValueError(f"dy must have at least one row and one column, got {list(b.dy.shape)}")
+
+
+layernorm_backward = Kernel("layernorm_backward", SOURCE, (
+    Tensor("dy", torch.float32, ("B", "n"), rule=_check_rows),
+    Tensor("z", torch.float32, ("B", "n")),
+    Tensor("stats", torch.float32, ("B", 2)),
+    Tensor("gamma", torch.float32, ("n",)),
+    Tensor("dz", torch.float32, ("B", "n")),
+    Tensor("dgamma", torch.float32, ("n",)),
+    Tensor("dbeta", torch.float32, ("n",)),
+    Tensor("part", torch.float32, (None,)),
+    Tensor("blocks_done", torch.int32, (1,)),
+), rule=_check_backward, cuda=Launch(
+    "zs_layernorm_backward", lambda b: -(-b.B // layernorm_rows_per_block(b.B)), 32 * LN_WARPS,
+    ("dy", "z", "stats", "gamma", "dz", "dgamma", "dbeta", "part", "blocks_done", "B:i32", "n:i32",
+     lambda b: i32(layernorm_rows_per_block(b.B))),
+))

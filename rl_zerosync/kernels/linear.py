@@ -1,4 +1,4 @@
-"""``linear.cu``: checks and launches of ``linear_forward`` and ``linear_backward`` (twins:
+"""``linear.cu``: declarations of ``linear_forward`` and ``linear_backward`` (twins:
 ``reference.linear_forward`` / ``reference.linear_backward``); one launch each, no host sync.
 
 The Q network's ``Linear`` layers as float32 tiled GEMMs with the bias, the ReLU, the bias
@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from rl_zerosync.kernels.compile import CudaSource
+from rl_zerosync.kernels.declare import Bound, Kernel, Tensor, Value
 from rl_zerosync.kernels.launch import NULL, i32, i64, launch, ptr
 from rl_zerosync.kernels.validate import expect_apart, expect_tensor, tensor_device
 
@@ -128,52 +129,37 @@ def workspace(gemms: Sequence[Sequence[Gemm]]) -> Tuple[int, int]:
 
 
 def _expect_rows(name: str, t: object, rows: Optional[int], cols: int, dev: torch.device) -> None:
-    """A 2-D float32 ``[rows, cols]`` tensor on ``dev`` with a contiguous last dimension."""
-    if not isinstance(t, torch.Tensor):
-        raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype != torch.float32:
-        raise ValueError(f"{name} must have dtype torch.float32, got {t.dtype}")
-    if t.dim() != 2 or (rows is not None and t.shape[0] != rows) or t.shape[1] != cols:
-        raise ValueError(f"{name} must have shape [{'*' if rows is None else rows}, {cols}], got {list(t.shape)}")
-    if t.device != dev:
-        raise ValueError(f"{name} must be on device {dev}, got {t.device}")
+    """A 2-D float32 ``[rows, cols]`` view on ``dev`` of contiguous rows, at least one."""
+    expect_tensor(name, t, dtype=torch.float32, shape=(rows, cols), device=dev, strided=True)
     if t.shape[0] < 1:
         raise ValueError(f"{name} must have at least one row, got shape {list(t.shape)}")
-    if cols > 1 and t.stride(1) != 1:
-        raise ValueError(f"{name} must have a contiguous last dimension (stride 1), got strides {list(t.stride())}")
-    if t.shape[0] > 1 and t.stride(0) < cols:
-        raise ValueError(f"{name} must have a row stride >= {cols}, got strides {list(t.stride())}")
 
 
-def _expect_workspace(scratch: torch.Tensor, counters: torch.Tensor, p: Plan, dev: torch.device) -> None:
-    expect_tensor("scratch", scratch, dtype=torch.float32, shape=(None,), device=dev)
-    expect_tensor("counters", counters, dtype=torch.int32, shape=(None,), device=dev)
-    if scratch.numel() < p.scratch_numel:
+def _expect_workspace(b: Bound, p: Plan) -> None:
+    if b.scratch.numel() < p.scratch_numel:
         raise ValueError(f"scratch must have at least {p.scratch_numel} elements (linear.workspace), "
-                         f"got {scratch.numel()}")
-    if counters.numel() < p.counters_numel:
+                         f"got {b.scratch.numel()}")
+    if b.counters.numel() < p.counters_numel:
         raise ValueError(f"counters must have at least {p.counters_numel} elements (linear.workspace), "
-                         f"got {counters.numel()}")
+                         f"got {b.counters.numel()}")
 
 
-def check_linear_forward(jobs: Sequence[Sequence[torch.Tensor]], scratch: torch.Tensor, counters: torch.Tensor, *,
-                         relu: bool) -> None:
-    """Validate ``linear_forward``: 1 to :data:`MAX_JOBS` jobs ``(x, w, b, y)`` sharing ``n`` and ``k``."""
+def _check_jobs(b: Bound) -> None:
+    """1 to :data:`MAX_JOBS` jobs ``(x, w, b, y)`` sharing ``n`` and ``k``; the device is ``jobs[0].w``'s."""
+    jobs = b.jobs
     if not isinstance(jobs, (list, tuple)) or not 1 <= len(jobs) <= MAX_JOBS:
         raise ValueError(f"jobs must be a list of 1 to {MAX_JOBS} (x, w, b, y) tuples, got {jobs!r}")
-    if not isinstance(relu, bool):
-        raise ValueError(f"relu must be a bool, got {relu!r}")
     for j, job in enumerate(jobs):
         if not isinstance(job, (list, tuple)) or len(job) != 4:
             raise ValueError(f"jobs[{j}] must be an (x, w, b, y) tuple, got {job!r}")
-    dev = tensor_device("jobs[0].w", jobs[0][1])
+    dev = b.device = tensor_device("jobs[0].w", jobs[0][1])
     n = k = None
-    for j, (x, w, b, y) in enumerate(jobs):
+    for j, (x, w, bias, y) in enumerate(jobs):
         expect_tensor(f"jobs[{j}].w", w, dtype=torch.float32, shape=(n, k), device=dev)
         n, k = int(w.shape[0]), int(w.shape[1])
         if n < 1 or k < 1:
             raise ValueError(f"jobs[{j}].w must have at least one row and one column, got {list(w.shape)}")
-        expect_tensor(f"jobs[{j}].b", b, dtype=torch.float32, shape=(n,), device=dev)
+        expect_tensor(f"jobs[{j}].b", bias, dtype=torch.float32, shape=(n,), device=dev)
         _expect_rows(f"jobs[{j}].x", x, None, k, dev)
         _expect_rows(f"jobs[{j}].y", y, int(x.shape[0]), n, dev)
         if y.stride(0) != n and y.shape[0] > 1:
@@ -181,29 +167,12 @@ def check_linear_forward(jobs: Sequence[Sequence[torch.Tensor]], scratch: torch.
     for j, (_x, _w, _b, y) in enumerate(jobs):
         reads = {f"jobs[{i}].{name}": t for i, job in enumerate(jobs) for name, t in zip("xwb", job[:3])}
         expect_apart(f"jobs[{j}].y", y, **reads)
-    _expect_workspace(scratch, counters, plan(forward_gemms(jobs)), dev)
 
 
-def check_linear_backward(dz: torch.Tensor, x: torch.Tensor, w: torch.Tensor, dw: torch.Tensor, db: torch.Tensor,
-                          dx: Optional[torch.Tensor], scratch: torch.Tensor, counters: torch.Tensor) -> None:
-    """Validate ``linear_backward``: ``dz [B, n]``, ``x [B, k]``, ``w`` and ``dw [n, k]``, ``db [n]``,
-    ``dx [B, k]`` or None."""
-    dev = tensor_device("w", w)
-    expect_tensor("w", w, dtype=torch.float32, shape=(None, None), device=dev)
-    n, k = int(w.shape[0]), int(w.shape[1])
-    if n < 1 or k < 1:
-        raise ValueError(f"w must have at least one row and one column, got {list(w.shape)}")
-    _expect_rows("dz", dz, None, n, dev)
-    rows = int(dz.shape[0])
-    _expect_rows("x", x, rows, k, dev)
-    expect_tensor("dw", dw, dtype=torch.float32, shape=(n, k), device=dev)
-    expect_tensor("db", db, dtype=torch.float32, shape=(n,), device=dev)
-    if dx is not None:
-        expect_tensor("dx", dx, dtype=torch.float32, shape=(rows, k), device=dev)
-    for name, out in (("dw", dw), ("db", db), ("dx", dx)):
-        if out is not None:
-            expect_apart(name, out, dz=dz, x=x, w=w)
-    _expect_workspace(scratch, counters, plan(backward_gemms(dz, x, dx is not None)), dev)
+def _check_forward(b: Bound) -> None:
+    if not isinstance(b.relu, bool):
+        raise ValueError(f"relu must be a bool, got {b.relu!r}")
+    _expect_workspace(b, plan(forward_gemms(b.jobs)))
 
 
 def _at(t: torch.Tensor, offset: int) -> np.uint64:
@@ -211,33 +180,67 @@ def _at(t: torch.Tensor, offset: int) -> np.uint64:
     return np.uint64(t.data_ptr() + 4 * int(offset))
 
 
-def linear_forward(device_index: int, jobs: Sequence[Sequence[torch.Tensor]], scratch: torch.Tensor,
-                   counters: torch.Tensor, *, relu: bool) -> None:
-    """Enqueue ``zs_linear_forward`` for the jobs (counters must be 0, and are left 0)."""
+def _launch_forward(device_index: int, b: Bound) -> None:
+    """``zs_linear_forward`` for the jobs (counters must be 0, and are left 0)."""
+    jobs, scratch, counters = b.jobs, b.scratch, b.counters
     p = plan(forward_gemms(jobs))
     args: list = []
     for j in range(MAX_JOBS):
         if j < len(jobs):
-            x, w, b, y = jobs[j]
-            args += [ptr(x), i64(x.stride(0)), ptr(w), ptr(b), ptr(y), i64(y.stride(0)), i32(x.shape[0]),
+            x, w, bias, y = jobs[j]
+            args += [ptr(x), i64(x.stride(0)), ptr(w), ptr(bias), ptr(y), i64(y.stride(0)), i32(x.shape[0]),
                      i32(p.splits[j]), _at(scratch, p.part_offsets[j]), _at(counters, p.counter_offsets[j])]
         else:
             args += [NULL, i64(0), NULL, NULL, NULL, i64(0), i32(0), i32(1), NULL, NULL]
     w0 = jobs[0][1]
-    args += [i32(len(jobs)), i32(w0.shape[0]), i32(w0.shape[1]), i32(bool(relu))]
+    args += [i32(len(jobs)), i32(w0.shape[0]), i32(w0.shape[1]), i32(bool(b.relu))]
     launch(SOURCE, "zs_linear_forward", device_index=device_index, grid=p.blocks, block=GEMM_THREADS, args=args)
 
 
-def linear_backward(device_index: int, dz: torch.Tensor, x: torch.Tensor, w: torch.Tensor, dw: torch.Tensor,
-                    db: torch.Tensor, dx: Optional[torch.Tensor], scratch: torch.Tensor,
-                    counters: torch.Tensor) -> None:
-    """Enqueue ``zs_linear_backward`` (counters must be 0, and are left 0)."""
-    p = plan(backward_gemms(dz, x, dx is not None))
-    s_dx = p.splits[1] if dx is not None else 1
-    part_dx = p.part_offsets[1] if dx is not None else 0
-    count_dx = p.counter_offsets[1] if dx is not None else 0
+linear_forward = Kernel("linear_forward", SOURCE, (
+    Value("jobs", positional=True, rule=_check_jobs),
+    Tensor("scratch", torch.float32, (None,)),
+    Tensor("counters", torch.int32, (None,)),
+    Value("relu"),
+), rule=_check_forward, cuda=_launch_forward)
+
+
+def _check_w(b: Bound) -> None:
+    if b.n < 1 or b.k < 1:
+        raise ValueError(f"w must have at least one row and one column, got {list(b.w.shape)}")
+
+
+def _check_dz(b: Bound) -> None:
+    if b.B < 1:
+        raise ValueError(f"dz must have at least one row, got shape {list(b.dz.shape)}")
+
+
+def _check_backward(b: Bound) -> None:
+    for name in ("dw", "db", "dx"):
+        out = getattr(b, name)
+        if out is not None:
+            expect_apart(name, out, dz=b.dz, x=b.x, w=b.w)
+    _expect_workspace(b, plan(backward_gemms(b.dz, b.x, b.dx is not None)))
+
+
+def _launch_backward(device_index: int, b: Bound) -> None:
+    """``zs_linear_backward``: dW's GEMM, then dX's unless ``dx`` is None (counters must be 0, and are left 0)."""
+    dx = b.dx is not None
+    p = plan(backward_gemms(b.dz, b.x, dx))
+    s_dx, part_dx, count_dx = (p.splits[1], p.part_offsets[1], p.counter_offsets[1]) if dx else (1, 0, 0)
     launch(SOURCE, "zs_linear_backward", device_index=device_index, grid=p.blocks, block=GEMM_THREADS,
-           args=(ptr(dz), i64(dz.stride(0)), ptr(x), i64(x.stride(0)), ptr(w), ptr(dw), ptr(db),
-                 NULL if dx is None else ptr(dx), i32(dz.shape[0]), i32(w.shape[0]), i32(w.shape[1]),
-                 i32(p.splits[0]), _at(scratch, p.part_offsets[0]), _at(counters, p.counter_offsets[0]),
-                 i32(s_dx), _at(scratch, part_dx), _at(counters, count_dx)))
+           args=(*linear_backward.cuda_args(b, "dz", "x", "w", "dw", "db", "dx", "B:i32", "n:i32", "k:i32"),
+                 i32(p.splits[0]), _at(b.scratch, p.part_offsets[0]), _at(b.counters, p.counter_offsets[0]),
+                 i32(s_dx), _at(b.scratch, part_dx), _at(b.counters, count_dx)))
+
+
+linear_backward = Kernel("linear_backward", SOURCE, (
+    Tensor("dz", torch.float32, ("B", "n"), strided=True, rule=_check_dz),
+    Tensor("x", torch.float32, ("B", "k"), strided=True),
+    Tensor("w", torch.float32, ("n", "k"), lead=True, rule=_check_w),
+    Tensor("dw", torch.float32, ("n", "k")),
+    Tensor("db", torch.float32, ("n",)),
+    Tensor("dx", torch.float32, ("B", "k"), optional=True),
+    Tensor("scratch", torch.float32, (None,)),
+    Tensor("counters", torch.int32, (None,)),
+), rule=_check_backward, cuda=_launch_backward)

@@ -1,4 +1,4 @@
-"""``qstats.cu``: check and launch of ``qstats`` (twin: ``reference.qstats``); two launches, no host sync.
+"""``qstats.cu``: declaration of ``qstats`` (twin: ``reference.qstats``); two launches, no host sync.
 
 Pass 1 runs ``qstats_num_blocks(rows)`` blocks of :data:`QSTATS_BLOCK` threads (one row per thread,
 grid-stride); block ``b`` writes one :data:`QPART` record to ``scratch[QPART.size * b:]``. Pass 2
@@ -9,9 +9,10 @@ from __future__ import annotations
 import torch
 
 from rl_zerosync.kernels.compile import CudaSource
-from rl_zerosync.kernels.launch import i32, i64, launch, ptr
+from rl_zerosync.kernels.declare import Bound, Kernel, Launch, Tensor
+from rl_zerosync.kernels.launch import i32
 from rl_zerosync.kernels.layouts import QSTATS, Layout
-from rl_zerosync.kernels.validate import expect_rows, expect_tensor, tensor_device
+from rl_zerosync.kernels.validate import expect_rows_and_columns
 
 QSTATS_BLOCK = 256
 """Threads per block of both passes (pass 1: one row per thread, grid-stride)."""
@@ -37,41 +38,26 @@ def qstats_scratch_numel(num_rows: int) -> int:
     return QPART.size * qstats_num_blocks(num_rows)
 
 
-def check_qstats(q: torch.Tensor, out: torch.Tensor, scratch: torch.Tensor) -> None:
-    """Validate the buffers of ``qstats`` (q f32[B, A] with B, A >= 1)."""
-    dev = tensor_device("q", q)
-    expect_tensor("q", q, dtype=torch.float32, shape=(None, None), device=dev)
-    b, a = q.shape
-    if b < 1 or a < 1:
-        raise ValueError(f"q must have at least one row and one column, got shape {list(q.shape)}")
-    expect_rows("q", b)
-    expect_tensor("out", out, dtype=torch.float32, shape=(QSTATS.size,), device=dev)
-    expect_tensor("scratch", scratch, dtype=torch.float32, shape=(None,), device=dev)
-    need = qstats_scratch_numel(b)
-    if scratch.numel() < need:
-        raise ValueError(f"scratch must have at least qstats_scratch_numel({b}) = {need} elements, "
-                         f"got {scratch.numel()}")
+def _check_scratch(b: Bound) -> None:
+    need = qstats_scratch_numel(b.B)
+    if b.scratch.numel() < need:
+        raise ValueError(f"scratch must have at least qstats_scratch_numel({b.B}) = {need} elements, "
+                         f"got {b.scratch.numel()}")
 
 
-def qstats(device_index: int, q: torch.Tensor, out: torch.Tensor, scratch: torch.Tensor) -> None:
-    """Enqueue pass 1 (per-block partials into ``scratch``) and pass 2 (one block -> ``out``)."""
-    rows, cols = q.shape
-    if rows < 1:
-        raise ValueError(f"q must have at least one row, got shape {list(q.shape)}")
-    partials = qstats_num_blocks(rows)
-    launch(
-        SOURCE,
-        "zs_qstats_partial",
-        device_index=device_index,
-        grid=partials,
-        block=QSTATS_BLOCK,
-        args=(ptr(q), i64(rows), i32(cols), ptr(scratch)),
-    )
-    launch(
-        SOURCE,
-        "zs_qstats_final",
-        device_index=device_index,
-        grid=FINAL_GRID,
-        block=QSTATS_BLOCK,
-        args=(ptr(scratch), i32(partials), i64(rows), i32(cols), ptr(out)),
-    )
+def _partials(b: Bound) -> int:
+    """Pass 1's grid; an unchecked launch may not get an empty ``q`` either."""
+    if b.B < 1:
+        raise ValueError(f"q must have at least one row, got shape {list(b.q.shape)}")
+    return qstats_num_blocks(b.B)
+
+
+qstats = Kernel("qstats", SOURCE, (
+    Tensor("q", torch.float32, ("B", "A"), rule=lambda b: expect_rows_and_columns("q", b.q)),
+    Tensor("out", torch.float32, (QSTATS.size,)),
+    Tensor("scratch", torch.float32, (None,)),
+), rule=_check_scratch, cuda=(
+    Launch("zs_qstats_partial", _partials, QSTATS_BLOCK, ("q", "B:i64", "A:i32", "scratch")),
+    Launch("zs_qstats_final", FINAL_GRID, QSTATS_BLOCK,
+           ("scratch", lambda b: i32(qstats_num_blocks(b.B)), "B:i64", "A:i32", "out")),
+))

@@ -1,4 +1,4 @@
-"""``sample.cu``: check and launch of ``replay_sample`` (twin: ``reference.replay_sample``).
+"""``sample.cu``: declaration of ``replay_sample`` (twin: ``reference.replay_sample``).
 
 Uniform replay sampling in one launch: row ``i`` of a batch of ``B`` gets the 32-bit word
 ``hash32(row_keys[i] ^ step_word)``, the index ``(bits * size) >> 32`` (64-bit unsigned maths,
@@ -14,9 +14,10 @@ from __future__ import annotations
 import torch
 
 from rl_zerosync.kernels.compile import CudaSource
-from rl_zerosync.kernels.launch import grid_for, i64, launch, ptr, u32
+from rl_zerosync.kernels.declare import Bound, Kernel, Launch, Tensor, Value
+from rl_zerosync.kernels.launch import grid_for, u32
 from rl_zerosync.kernels.rng import MASK32
-from rl_zerosync.kernels.validate import expect_rows, expect_tensor, tensor_device
+from rl_zerosync.kernels.validate import expect_rows
 
 LANES = 32
 """Threads per sampled row (one warp): each copies every ``LANES``-th word (or int4) of the row."""
@@ -32,61 +33,35 @@ SOURCE = CudaSource("sample.cu", ("zs_replay_sample",), defines={
 })
 
 
-def check_replay_sample(
-    packed: torch.Tensor,
-    size: torch.Tensor,
-    row_keys: torch.Tensor,
-    step_word: torch.Tensor,
-    rng_step: torch.Tensor,
-    indices: torch.Tensor,
-    out_packed: torch.Tensor,
-    blocks_done: torch.Tensor,
-    *,
-    seed_key: int,
-) -> None:
-    """Validate the buffers of ``replay_sample`` (packed i32[C, W], C, W >= 1; B >= 1 rows drawn)."""
-    dev = tensor_device("packed", packed)
-    expect_tensor("packed", packed, dtype=torch.int32, shape=(None, None), device=dev)
-    capacity, words = packed.shape
-    if capacity < 1 or words < 1:
-        raise ValueError(f"packed must have at least one row and one word, got shape {list(packed.shape)}")
-    expect_rows("packed", capacity)
-    expect_tensor("row_keys", row_keys, dtype=torch.int64, shape=(None,), device=dev)
-    rows = row_keys.shape[0]
-    if rows < 1:
+def _check_packed(b: Bound) -> None:
+    if b.C < 1 or b.W < 1:
+        raise ValueError(f"packed must have at least one row and one word, got shape {list(b.packed.shape)}")
+    expect_rows("packed", b.C)
+
+
+def _check_row_keys(b: Bound) -> None:
+    if b.B < 1:
         raise ValueError("row_keys must have at least one row, got 0")
-    expect_rows("row_keys", rows)
-    for name, t in (("size", size), ("step_word", step_word), ("rng_step", rng_step)):
-        expect_tensor(name, t, dtype=torch.int64, shape=(1,), device=dev)
-    expect_tensor("indices", indices, dtype=torch.int64, shape=(rows,), device=dev)
-    expect_tensor("out_packed", out_packed, dtype=torch.int32, shape=(rows, words), device=dev)
-    expect_tensor("blocks_done", blocks_done, dtype=torch.int32, shape=(1,), device=dev)
-    if isinstance(seed_key, bool) or not isinstance(seed_key, int) or not 0 <= seed_key <= MASK32:
-        raise ValueError(f"seed_key must be an int in [0, 2**32) (rng.seed_key(seed)), got {seed_key!r}")
+    expect_rows("row_keys", b.B)
 
 
-def replay_sample(
-    device_index: int,
-    packed: torch.Tensor,
-    size: torch.Tensor,
-    row_keys: torch.Tensor,
-    step_word: torch.Tensor,
-    rng_step: torch.Tensor,
-    indices: torch.Tensor,
-    out_packed: torch.Tensor,
-    blocks_done: torch.Tensor,
-    *,
-    seed_key: int,
-) -> None:
-    """Enqueue ``zs_replay_sample`` (one warp per row; ``blocks_done`` must be 0, and is left 0)."""
-    capacity, words = packed.shape
-    rows = row_keys.shape[0]
-    launch(
-        SOURCE,
-        "zs_replay_sample",
-        device_index=device_index,
-        grid=grid_for(rows, ROWS_PER_BLOCK),
-        block=BLOCK,
-        args=(ptr(packed), i64(capacity), i64(words), ptr(size), ptr(row_keys), ptr(step_word), ptr(rng_step),
-              ptr(indices), ptr(out_packed), ptr(blocks_done), i64(rows), u32(seed_key)),
-    )
+def _check_seed_key(b: Bound) -> None:
+    if isinstance(b.seed_key, bool) or not isinstance(b.seed_key, int) or not 0 <= b.seed_key <= MASK32:
+        raise ValueError(f"seed_key must be an int in [0, 2**32) (rng.seed_key(seed)), got {b.seed_key!r}")
+
+
+replay_sample = Kernel("replay_sample", SOURCE, (
+    Tensor("packed", torch.int32, ("C", "W"), lead=True, rule=_check_packed),
+    Tensor("size", torch.int64, (1,)),
+    Tensor("row_keys", torch.int64, ("B",), lead=True, rule=_check_row_keys),
+    Tensor("step_word", torch.int64, (1,)),
+    Tensor("rng_step", torch.int64, (1,)),
+    Tensor("indices", torch.int64, ("B",)),
+    Tensor("out_packed", torch.int32, ("B", "W")),
+    Tensor("blocks_done", torch.int32, (1,)),
+    Value("seed_key", u32),
+), rule=_check_seed_key, cuda=Launch(
+    "zs_replay_sample", lambda b: grid_for(b.B, ROWS_PER_BLOCK), BLOCK,
+    ("packed", "C:i64", "W:i64", "size", "row_keys", "step_word", "rng_step", "indices", "out_packed",
+     "blocks_done", "B:i64", "seed_key"),
+))

@@ -1,8 +1,8 @@
 """Shared argument checks for the kernels' bind-time validation.
 
-Each kernel's own check (``check_<name>``) lives beside its launch in its wrapper module and is
-built from these helpers; ``Kernels.bind_<name>`` runs it once. Every failure is a ValueError naming
-the argument and what was expected.
+A kernel's check is derived from its declaration (``declare.py``: every tensor through
+:func:`expect_tensor`) plus its rules, written with these helpers; ``Kernels.bind_<name>`` runs it
+once. Every failure is a ValueError naming the argument and what was expected.
 """
 from __future__ import annotations
 
@@ -29,8 +29,10 @@ def expect_tensor(
     dtype: torch.dtype,
     shape: Sequence[Optional[int]],
     device: Optional[torch.device] = None,
+    strided: bool = False,
 ) -> torch.Tensor:
-    """Check that ``t`` is a contiguous ``dtype`` tensor of ``shape`` (None = any) on ``device``."""
+    """Check that ``t`` is a ``dtype`` tensor of ``shape`` (None = any) on ``device``, contiguous (or, with
+    ``strided``, laid out as :func:`expect_strided` says)."""
     if not isinstance(t, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dtype != dtype:
@@ -40,9 +42,33 @@ def expect_tensor(
         raise ValueError(f"{name} must have shape {want}, got {list(t.shape)}")
     if device is not None and t.device != device:
         raise ValueError(f"{name} must be on device {device}, got {t.device}")
-    if not t.is_contiguous():
+    if strided:
+        expect_strided(name, t)
+    elif not t.is_contiguous():
         raise ValueError(f"{name} must be contiguous")
     return t
+
+
+def expect_strided(name: str, t: torch.Tensor) -> None:
+    """A 1-D view of any positive stride, or a 2-D view of contiguous rows that do not overlap (the
+    columns and row blocks of the replay's packed sample rows)."""
+    if t.dim() == 1:
+        if t.shape[0] > 1 and t.stride(0) < 1:
+            raise ValueError(f"{name} must have a positive stride, got {t.stride(0)}")
+        return
+    cols = t.shape[1]
+    if cols > 1 and t.stride(1) != 1:
+        raise ValueError(f"{name} must have a contiguous last dimension (stride 1), got strides {list(t.stride())}")
+    if t.shape[0] > 1 and t.stride(0) < cols:
+        raise ValueError(f"{name} must have a row stride >= {cols}, got strides {list(t.stride())}")
+
+
+def expect_rows_and_columns(name: str, t: torch.Tensor) -> None:
+    """A 2-D tensor with at least one row and one column, and at most :data:`MAX_ROWS` rows."""
+    rows, cols = t.shape
+    if rows < 1 or cols < 1:
+        raise ValueError(f"{name} must have at least one row and one column, got shape {list(t.shape)}")
+    expect_rows(name, rows)
 
 
 def expect_finite(name: str, value: float, *, minimum: Optional[float] = None, strict: bool = False) -> float:
