@@ -69,7 +69,7 @@ from ray.rllib.utils.schedules.scheduler import Scheduler
 
 from rl_zerosync.actions import ACTION_MODES, BRANCH_SIZES, NUM_ACTIONS, NUM_EXPOSURES
 from rl_zerosync.env_runner.epsilon import normalize_epsilon_schedule, rllib_schedule
-from rl_zerosync.presets import API, DEFAULT_HIDDEN
+from rl_zerosync.presets import API, DEFAULT_HIDDEN, check_model_value
 
 __all__ = [
     "ACTION_MODES",
@@ -161,6 +161,14 @@ class QNetwork(nn.Module):
         return value + torch.cat(parts, dim=1)
 
 
+def _model_value(cfg: Dict[str, Any], key: str, default: Any) -> Any:
+    """``model_config[key]`` (absent or None: ``default``), checked by the settings file's rule."""
+    value = cfg.get(key)
+    value = default if value is None else value
+    check_model_value(key, value)
+    return value
+
+
 class ZeroSyncQModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAPI):
     """DQN RLModule for the routed, flat and branching action modes (see the module docstring).
 
@@ -172,7 +180,9 @@ class ZeroSyncQModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAPI
     ``num_atoms`` (must be 1 if given: distributional DQN is not supported), ``layernorm`` (bool,
     default False: LayerNorm after every hidden Linear, before the ReLU) and ``dropout`` (float in
     [0, 1), default 0.0: dropout after every hidden ReLU, only in the train-mode ``forward_train``
-    forward of the current observations; see the module docstring).
+    forward of the current observations; see the module docstring). ``action_mode``, ``hidden``,
+    ``dueling``, ``layernorm`` and ``dropout`` are a settings file's ``model`` keys, checked by the same
+    rules (:data:`rl_zerosync.presets.MODEL_KEYS`) here and at load; absent or None, they default.
     """
 
     framework: str = "torch"
@@ -189,8 +199,8 @@ class ZeroSyncQModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAPI
         mode = cfg.get("action_mode")
         if mode is None:
             mode = "routed" if n == NUM_EXPOSURES else "flat"
-        if mode not in ACTION_MODES:
-            raise ValueError(f"model_config['action_mode'] must be one of {ACTION_MODES}, got {mode!r}")
+        # The model keys' rules are a settings file's (rl_zerosync.presets.MODEL_KEYS), checked at load too.
+        check_model_value("action_mode", mode)
         if mode == "flat" and n < 2:
             raise ValueError(f"action_space must be Discrete(n) with n >= 2 for action_mode 'flat', got Discrete({n})")
         if mode != "flat" and n != _ACTIONS_PER_MODE[mode]:
@@ -198,29 +208,16 @@ class ZeroSyncQModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAPI
                 f"action_space must be Discrete({_ACTIONS_PER_MODE[mode]}) for action_mode "
                 f"{mode!r}, got Discrete({n})"
             )
-        hidden = cfg.get("hidden", DEFAULT_HIDDEN)
-        if (
-            isinstance(hidden, (str, bytes))
-            or not isinstance(hidden, Sequence)
-            or not all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in hidden)
-        ):
-            raise ValueError(f"model_config['hidden'] must be a list of positive ints, got {hidden!r}")
+        hidden = _model_value(cfg, "hidden", DEFAULT_HIDDEN)
         num_atoms = cfg.get("num_atoms", 1)
         if num_atoms not in (None, 1):
             raise ValueError(
                 f"model_config['num_atoms'] must be 1 (distributional DQN is not supported), "
                 f"got {num_atoms!r}"
             )
-        layernorm = cfg.get("layernorm", False)
-        if not isinstance(layernorm, bool):
-            raise ValueError(f"model_config['layernorm'] must be a bool (true/false), got {layernorm!r}")
-        dropout = cfg.get("dropout", 0.0)
-        if (
-            isinstance(dropout, bool)
-            or not isinstance(dropout, (int, float))
-            or not 0.0 <= float(dropout) < 1.0
-        ):
-            raise ValueError(f"model_config['dropout'] must be a float in [0, 1), got {dropout!r}")
+        dueling = _model_value(cfg, "dueling", False)
+        layernorm = _model_value(cfg, "layernorm", API.layernorm)
+        dropout = _model_value(cfg, "dropout", API.dropout)
         if self.observation_space is None or self.observation_space.shape is None:
             raise ValueError(f"observation_space must be a Box, got {self.observation_space!r}")
         obs_dim = 1
@@ -230,7 +227,7 @@ class ZeroSyncQModule(TorchRLModule, QNetAPI, TargetNetworkAPI, InferenceOnlyAPI
         self.action_mode: str = mode
         self.num_actions: int = n
         self.hidden: Tuple[int, ...] = tuple(int(h) for h in hidden)
-        self.uses_dueling: bool = bool(cfg.get("dueling", False)) or mode == "branching"
+        self.uses_dueling: bool = dueling or mode == "branching"
         self.uses_double_q: bool = bool(cfg.get("double_q", True))
         self.uses_layernorm: bool = layernorm
         self.dropout: float = float(dropout)

@@ -3,8 +3,9 @@ file set and built, at load, into its component's own settings class (:class:`Se
 
 The component classes are the one validator of their keys: ``DataSettings`` (:mod:`rl_zerosync.data.data_settings`),
 ``EnvParams``, ``RunnerSettings`` and ``LearnerSettings``; the runner's seed defaults to ``run.seed``
-and the learner's DQN fields come from ``algo`` (:data:`LEARNER_FIELDS`), exactly as the components
-later build themselves from the RLlib config (:func:`runner_config`, :func:`learner_config`).
+and the learner's DQN fields come from ``algo`` (:data:`rl_zerosync.presets.LEARNER_KEYS`), exactly as
+the components later build themselves from the RLlib config (:func:`runner_config`, :func:`learner_config`).
+``LearnerSettings`` checks the learner's ``algo`` keys too: a bad one is reported as ``algo.<key>``.
 """
 from __future__ import annotations
 
@@ -15,19 +16,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Iterator, Mapping, TypeVar
 
 from rl_zerosync.config.yaml_values import SettingsError, check, epsilon_numbers, numeric_strings, numeric_strings_in
+from rl_zerosync.presets import ALGO_KEYS, LEARNER_KEYS, algo_key_of
 
 if TYPE_CHECKING:
     from rl_zerosync.config.settings import AlgoSettings, RunSettings
 
-__all__ = ["LEARNER_FIELDS", "Section", "build_components", "learner_config", "runner_config"]
-
-LEARNER_FIELDS = {
-    "lr": "lr", "gamma": "gamma", "n_step": "n_step", "batch_size": "train_batch_size_per_learner",
-    "target_update_freq": "target_network_update_freq", "tau": "tau", "double_q": "double_q",
-    "grad_clip": "grad_clip", "weight_decay": "weight_decay",
-}
-"""``algo`` keys the learner reads (as these ``LearnerSettings`` fields); ``LearnerSettings`` is their
-one validator."""
+__all__ = ["Section", "build_components", "learner_config", "runner_config"]
 
 T = TypeVar("T")
 
@@ -107,16 +101,29 @@ def _check_keys(section: str, given: Mapping, cls: type, src: str) -> None:
     allowed = [f.name for f in dataclasses.fields(cls) if section != "learner" or f.name not in DQN_FIELDS]
     for key in given:
         if key in DQN_FIELDS and section == "learner":
-            algo_key = next(k for k, v in LEARNER_FIELDS.items() if v == key)
-            raise SettingsError(f"{src}: learner.{key}: unknown key; set algo.{algo_key} (the learner reads it "
-                                f"from the DQN config)")
+            raise SettingsError(f"{src}: learner.{key}: unknown key; set algo.{algo_key_of(key)} (the learner "
+                                f"reads it from the DQN config)")
         if key not in allowed:
             raise SettingsError(f"{src}: {section}.{key}: unknown key; allowed: {', '.join(allowed)}")
 
 
 def _dqn_fields(algo: AlgoSettings) -> dict:
     """The learner's DQN fields, from ``algo`` (what ``to_rllib_config`` puts on the DQNConfig)."""
-    return {name: getattr(algo, key) for key, name in LEARNER_FIELDS.items() if name != "weight_decay"}
+    return {name: getattr(algo, key) for key, name in LEARNER_KEYS.items() if ALGO_KEYS[key].rllib is not None}
+
+
+def _algo_error(err: Exception, given: Mapping, algo: AlgoSettings, src: str) -> SettingsError | None:
+    """A ``LearnerSettings`` error in a field the learner reads from ``algo`` (its DQN fields, and
+    ``weight_decay`` unless only the learner section set it), as ``algo.<key>``; None for another."""
+    from rl_zerosync.learner.learner_settings import LearnerFieldError
+
+    if not isinstance(err, LearnerFieldError):
+        return None
+    key = next((k for k, name in LEARNER_KEYS.items() if name == err.field), None)
+    only_learner_section = key == "weight_decay" and not algo.weight_decay and key in given  # learner_config
+    if key is None or only_learner_section:
+        return None
+    return SettingsError(f"{src}: algo.{key}: {str(err).removeprefix(err.field + ' ')}")
 
 
 def build_components(raw: dict, run: RunSettings, algo: AlgoSettings, src: str) -> dict[str, Section]:
@@ -130,7 +137,8 @@ def build_components(raw: dict, run: RunSettings, algo: AlgoSettings, src: str) 
         "data": (DataSettings, DataSettings.from_dict),
         "env": (EnvParams, lambda g: EnvParams(**g)),
         "runner": (RunnerSettings, lambda g: RunnerSettings(**runner_config(g, run))),
-        "learner": (LearnerSettings, lambda g: LearnerSettings(**learner_config(g, run, algo), **_dqn_fields(algo))),
+        "learner": (LearnerSettings, lambda g: LearnerSettings.validated({**learner_config(g, run, algo),
+                                                                           **_dqn_fields(algo)})),
     }
     out = {}
     for section, (cls, build) in builders.items():
@@ -142,11 +150,15 @@ def build_components(raw: dict, run: RunSettings, algo: AlgoSettings, src: str) 
             _check_keys(section, given, cls, src)
         if section == "learner":
             wd = given.get("weight_decay", algo.weight_decay)
-            check(src, "learner.weight_decay", not algo.weight_decay or wd == algo.weight_decay,
+            check(src, "learner.weight_decay", not algo.weight_decay or "weight_decay" not in given
+                  or wd == algo.weight_decay,
                   f"conflicts with algo.weight_decay ({wd!r} vs {algo.weight_decay!r}); set only algo.weight_decay")
         try:
             typed = build(given)
         except (TypeError, ValueError) as err:  # data's messages name data.<key> already
+            algo_err = _algo_error(err, given, algo, src) if section == "learner" else None
+            if algo_err is not None:
+                raise algo_err from None
             raise SettingsError(f"{src}: {err}" if section == "data" else f"{src}: {section}: {err}") from err
         out[section] = Section(given=given, typed=typed)
     return out

@@ -11,16 +11,18 @@ A YAML file has up to seven top-level sections, each mapped onto one typed objec
     learner:  Section[LearnerSettings] (rl_zerosync.learner.learner_settings)
 
 A key left out takes its default from one place: ``algo`` and ``model`` from
-:data:`rl_zerosync.presets.SETTINGS_FILE`, the component sections from their component's class. The
+:data:`rl_zerosync.presets.FILE_DEFAULTS`, the component sections from their component's class. The
 four component sections are :class:`Section` objects: the keys the file set, read as a mapping (what
 the component receives through ``env_config`` / ``learner_config_dict``), plus ``typed``, the
 component's own settings object built from them at load (``settings.runner.typed.device``).
 
 Every value is checked once, at load, by its one validator (the component's class for the component
 sections, ``LearnerSettings`` for the learner's ``algo`` keys, the epsilon rule of
-:mod:`rl_zerosync.env_runner.epsilon` for ``algo.epsilon``); unknown keys and bad values raise
-:class:`SettingsError` naming the file, the key and what is allowed. :func:`to_rllib_config` is the one
-place where settings become a ``ZeroSyncDQNConfig``.
+:mod:`rl_zerosync.env_runner.epsilon` for ``algo.epsilon``, :data:`rl_zerosync.presets.MODEL_KEYS` for
+``model``, the rule the Q module applies later); unknown keys and bad values raise
+:class:`SettingsError` naming the file, the key and what is allowed. ``algo`` takes RLlib's names of its
+keys too, by the one name table :data:`rl_zerosync.presets.ALGO_KEYS`; :func:`to_rllib_config` is the
+one place where settings become a ``ZeroSyncDQNConfig``, through the same table.
 """
 from __future__ import annotations
 
@@ -36,9 +38,9 @@ import yaml
 
 from rl_zerosync.actions import ACTION_MODES, DEFAULT_ACTION_MODE
 from rl_zerosync.rundir.checkpoints import KEEP_LAST
-from rl_zerosync.presets import SETTINGS_FILE as PRESET
-from rl_zerosync.presets import check_positive_number
-from rl_zerosync.config.sections import LEARNER_FIELDS, Section, build_components, learner_config, runner_config
+from rl_zerosync.presets import ALGO_KEYS, MODEL_KEYS, REFUSED_RLLIB_NAMES, RLLIB_ALIASES, check_positive_number
+from rl_zerosync.presets import FILE_DEFAULTS as PRESET
+from rl_zerosync.config.sections import Section, build_components, learner_config, runner_config
 from rl_zerosync.config.yaml_values import SettingsError, check, coerce_field, epsilon_numbers, float_text, parse_override
 
 __all__ = ["AlgoSettings", "ModelSettings", "RunSettings", "Section", "Settings", "SettingsError", "apply_overrides",
@@ -89,7 +91,8 @@ class RunSettings:
 
 @dataclass
 class AlgoSettings:
-    """DQN hyper-parameters and scale-out; defaults: :data:`rl_zerosync.presets.SETTINGS_FILE`."""
+    """DQN hyper-parameters and scale-out; defaults: :data:`rl_zerosync.presets.FILE_DEFAULTS`, RLlib
+    names: :data:`rl_zerosync.presets.ALGO_KEYS`."""
 
     lr: float = PRESET.lr
     """Adam learning rate (a float; schedules are not supported by the zero-sync learner)."""
@@ -144,7 +147,8 @@ class AlgoSettings:
 
 @dataclass
 class ModelSettings:
-    """The Q network; ``hidden`` and ``dueling`` default to :data:`rl_zerosync.presets.SETTINGS_FILE`."""
+    """The Q network; defaults: :data:`rl_zerosync.presets.FILE_DEFAULTS`, rules:
+    :data:`rl_zerosync.presets.MODEL_KEYS` (the Q module's)."""
 
     action_mode: str = DEFAULT_ACTION_MODE
     """One of ACTION_MODES: routed (Q over 5 exposures + routing kernel), flat (Q over 45) or
@@ -153,9 +157,9 @@ class ModelSettings:
     """Hidden layer sizes of the Q network."""
     dueling: bool = PRESET.dueling
     """Dueling head (routed/flat)."""
-    layernorm: bool = False
+    layernorm: bool = PRESET.layernorm
     """LayerNorm after every hidden Linear (before the ReLU)."""
-    dropout: float = 0.0
+    dropout: float = PRESET.dropout
     """Dropout probability after every hidden ReLU (training forward only; 0 = off)."""
 
 
@@ -174,7 +178,8 @@ class Settings:
     """The GPU env runner's settings (``typed.seed`` defaults to ``run.seed``)."""
     learner: Section[LearnerSettings]
     """The zero-sync learner's settings; ``typed`` is what the learner builds from the RLlib config
-    (its DQN fields come from ``algo``, its seed defaults to ``run.seed``)."""
+    (its DQN fields come from ``algo``, its seed defaults to ``run.seed``), built and checked once, at
+    load: a learner in this process gets this object back from ``LearnerSettings.from_config``."""
     source: str = "<defaults>"
     """The file these settings came from (for error messages)."""
 
@@ -198,29 +203,14 @@ class Settings:
 _TYPED_SECTIONS = {"run": RunSettings, "algo": AlgoSettings, "model": ModelSettings}
 _COMPONENT_SECTIONS = ("data", "env", "runner", "learner")
 
-RLLIB_NAMES = {
-    "train_batch_size_per_learner": "batch_size",
-    "num_steps_sampled_before_learning_starts": "learning_starts",
-    "rollout_fragment_length": "rollout_length",
-    "num_envs_per_env_runner": "num_envs_per_runner",
-}
-"""``algo`` keys under RLlib's ``DQNConfig`` names, accepted as the project's names (same meaning
-and unit)."""
-_NOT_RLLIB = {
-    "target_network_update_freq": "RLlib's target_network_update_freq counts sampled env steps; this "
-                                  "project's algo.target_update_freq counts learner updates: set that",
-    "training_intensity": "use algo.replay_ratio (trained transitions per sampled env step)",
-}
-
-
 def _rllib_names(values: dict, where: str) -> dict:
     """``algo`` values with RLlib's names mapped to the project's (an error when both are given, or
     for an RLlib name whose unit differs here)."""
     out = {}
     for key, value in values.items():
-        if key in _NOT_RLLIB:
-            raise SettingsError(f"{where}.{key}: {_NOT_RLLIB[key]}")
-        name = RLLIB_NAMES.get(key, key)
+        if key in REFUSED_RLLIB_NAMES:
+            raise SettingsError(f"{where}.{key}: {REFUSED_RLLIB_NAMES[key]}")
+        name = RLLIB_ALIASES.get(key, key)
         if name in out:
             raise SettingsError(f"{where}.{key}: given twice (as {name!r} and as RLlib's {key!r}); keep one")
         out[name] = value
@@ -249,23 +239,16 @@ def _validate_run_and_model(run: RunSettings, model: ModelSettings, src: str) ->
         check(src, f"run.{key}", getattr(run, key) > 0, f"must be > 0, got {getattr(run, key)}")
     for key in ("checkpoint_every", "seed", "num_cpus", "eval_every", "early_stop_patience"):
         check(src, f"run.{key}", getattr(run, key) >= 0, f"must be >= 0, got {getattr(run, key)}")
-    check(src, "model.action_mode", model.action_mode in ACTION_MODES,
-           f"got {model.action_mode!r}; allowed: {', '.join(ACTION_MODES)}")
-    check(src, "model.hidden", bool(model.hidden) and all(isinstance(h, int) and h > 0 for h in model.hidden),
-           "expected a non-empty list of positive ints")
-    check(src, "model.dropout", 0.0 <= model.dropout < 1.0, f"must be in [0, 1), got {model.dropout}")
+    for key, rule in MODEL_KEYS.items():  # the Q module's rules
+        value = getattr(model, key)
+        check(src, f"model.{key}", rule.allows(value), rule.settings_message(value))
 
 
 def _validate_algo(a: AlgoSettings, src: str) -> None:
-    """The ``algo`` keys: the learner's by ``LearnerSettings``, epsilon by the epsilon rule, the rest here."""
+    """The ``algo`` keys: epsilon by the epsilon rule, the rest here but those the learner reads, which
+    ``LearnerSettings`` checks when the learner section is built (:func:`build_components`)."""
     from rl_zerosync.env_runner.epsilon import normalize_epsilon_schedule
-    from rl_zerosync.learner.learner_settings import LearnerSettings
 
-    for key, name in LEARNER_FIELDS.items():
-        try:
-            LearnerSettings(**{name: getattr(a, key)})
-        except ValueError as err:
-            raise SettingsError(f"{src}: algo.{key}: {str(err).removeprefix(name + ' ')}") from None
     try:
         eps = normalize_epsilon_schedule(epsilon_numbers(a.epsilon), field="algo.epsilon")
     except ValueError as err:
@@ -327,10 +310,10 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
             if not isinstance(node, dict):
                 raise SettingsError(f"--set {item!r}: {part} is not a section")
         key = path[-1]
-        if path[:-1] == ["algo"] and key not in _NOT_RLLIB:
+        if path[:-1] == ["algo"] and key not in REFUSED_RLLIB_NAMES:
             # An override replaces the key under either name (RLlib's or the project's).
-            key = RLLIB_NAMES.get(key, key)
-            for alias in [k for k in node if RLLIB_NAMES.get(k) == key]:
+            key = RLLIB_ALIASES.get(key, key)
+            for alias in [k for k in node if RLLIB_ALIASES.get(k) == key]:
                 del node[alias]
         node[key] = value
     return raw
@@ -357,52 +340,41 @@ def _gpus(value: float) -> float:
     return float(value)
 
 
+def _rllib_values(a: AlgoSettings) -> dict:
+    """Every ``algo`` value as RLlib takes it, by ``algo`` key: GPUs -1 resolved here, none for env
+    runners that do not exist, epsilon as ``(step, value)`` tuples, the resources a copy."""
+    values = {f.name: getattr(a, f.name) for f in dataclasses.fields(a)}
+    values["num_gpus_per_learner"] = _gpus(a.num_gpus_per_learner)
+    values["num_gpus_per_env_runner"] = _gpus(a.num_gpus_per_env_runner) if a.num_env_runners > 0 else 0.0
+    values["epsilon"] = [tuple(p) for p in a.epsilon]
+    values["custom_resources_per_env_runner"] = dict(a.custom_resources_per_env_runner)
+    return values
+
+
 def to_rllib_config(s: Settings):
-    """Map settings onto a :class:`~rl_zerosync.algorithm.ZeroSyncDQNConfig` (the only mapping)."""
+    """Map settings onto a :class:`~rl_zerosync.algorithm.ZeroSyncDQNConfig` (the only mapping): every
+    ``algo`` key under its RLlib name, through the ``AlgorithmConfig`` method that
+    :data:`rl_zerosync.presets.ALGO_KEYS` names (``weight_decay``, which DQNConfig lacks, in
+    ``learner_config_dict``); the ``model`` keys as ``model_config`` (``dueling`` also as DQNConfig's)."""
     from rl_zerosync.algorithm import ZeroSyncDQNConfig
     from rl_zerosync.envs.gym_twin import ENV_ID_IMPORTABLE
 
-    a = s.algo
-    gpus_learner = _gpus(a.num_gpus_per_learner)
-    gpus_runner = _gpus(a.num_gpus_per_env_runner) if a.num_env_runners > 0 else 0.0
+    values = _rllib_values(s.algo)
+    calls: dict[str, dict] = {"env_runners": {}, "fault_tolerance": {}, "learners": {}, "training": {}}
+    for key, k in ALGO_KEYS.items():
+        if k.rllib is not None:
+            calls[k.method][k.rllib] = values[key]
     env_config = {"data": copy.deepcopy(dict(s.data)), "env": copy.deepcopy(dict(s.env)),
                   "runner": copy.deepcopy(runner_config(s.runner, s.run)), "action_mode": s.model.action_mode}
     config = (
         ZeroSyncDQNConfig()
         .environment(ENV_ID_IMPORTABLE, env_config=env_config)
-        .env_runners(
-            num_env_runners=a.num_env_runners,
-            num_envs_per_env_runner=a.num_envs_per_runner,
-            rollout_fragment_length=a.rollout_length,
-            num_gpus_per_env_runner=gpus_runner,
-            custom_resources_per_env_runner=dict(a.custom_resources_per_env_runner),
-        )
-        .fault_tolerance(env_runner_restart_timeout_s=a.env_runner_restart_timeout_s)
-        .learners(
-            num_learners=a.num_learners,
-            num_gpus_per_learner=gpus_learner,
-            learner_config_dict={"zerosync": copy.deepcopy(learner_config(s.learner, s.run, a))},
-        )
-        .training(
-            lr=a.lr,
-            gamma=a.gamma,
-            n_step=a.n_step,
-            train_batch_size_per_learner=a.batch_size,
-            replay_ratio=a.replay_ratio,
-            num_steps_sampled_before_learning_starts=a.learning_starts,
-            target_network_update_freq=a.target_update_freq,
-            tau=a.tau,
-            double_q=a.double_q,
-            dueling=s.model.dueling,
-            grad_clip=a.grad_clip,
-            grad_clip_by="global_norm",
-            epsilon=[tuple(p) for p in a.epsilon],
-        )
-        .rl_module(
-            model_config={"action_mode": s.model.action_mode, "hidden": list(s.model.hidden),
-                          "dueling": s.model.dueling, "layernorm": s.model.layernorm,
-                          "dropout": s.model.dropout},
-        )
+        .env_runners(**calls["env_runners"])
+        .fault_tolerance(**calls["fault_tolerance"])
+        .learners(**calls["learners"],
+                  learner_config_dict={"zerosync": copy.deepcopy(learner_config(s.learner, s.run, s.algo))})
+        .training(**calls["training"], dueling=s.model.dueling, grad_clip_by="global_norm")
+        .rl_module(model_config={key: copy.deepcopy(getattr(s.model, key)) for key in MODEL_KEYS})
         .debugging(seed=s.run.seed)
         .reporting(min_sample_timesteps_per_iteration=0, min_time_s_per_iteration=0)
     )

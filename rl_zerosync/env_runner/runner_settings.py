@@ -11,6 +11,7 @@ from typing import Any, Mapping, Optional
 
 from rl_zerosync.actions import ACTION_MODES, DEFAULT_ACTION_MODE
 from rl_zerosync.env_runner.epsilon import EpsilonSchedule, normalize_epsilon_schedule
+from rl_zerosync.presets import check_model_value
 
 __all__ = ["DEVICES", "OUTPUTS", "EpsilonSchedule", "RunnerSettings", "action_mode_from_model_config",
            "normalize_epsilon_schedule"]
@@ -98,8 +99,7 @@ class RunnerSettings:
 
 def action_mode_from_model_config(model_config: Optional[Mapping[str, Any]], *, trading: bool = True) -> str:
     """``model_config["action_mode"]`` (default ``DEFAULT_ACTION_MODE`` for the trading env, "flat"
-    for other batched envs), validated."""
+    for other batched envs), validated by the Q module's rule (:func:`rl_zerosync.presets.check_model_value`)."""
     mode = (model_config or {}).get("action_mode", DEFAULT_ACTION_MODE if trading else "flat")
-    if mode not in ACTION_MODES:
-        raise ValueError(f"model_config['action_mode'] must be one of {ACTION_MODES}, got {mode!r}")
+    check_model_value("action_mode", mode)
     return mode

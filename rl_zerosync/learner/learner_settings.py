@@ -5,41 +5,53 @@ Two sources, one object (:meth:`LearnerSettings.from_config`):
 * ``config.learner_config_dict["zerosync"]`` (a dict): replay, guard, graph and policy fields, and
   ``weight_decay`` (DQNConfig has no weight-decay field; ``algo.weight_decay`` of a settings file
   lands here).
-* The DQNConfig itself: ``gamma``, ``n_step``, ``lr``, ``grad_clip`` (+ ``grad_clip_by``),
-  ``target_network_update_freq``, ``tau``, ``double_q``, ``train_batch_size_per_learner`` and
-  ``td_error_loss_fn`` (the default of ``loss``). These may not be repeated in the zerosync dict.
+* The DQNConfig itself: :data:`DQN_FIELDS` (the learner's ``algo`` keys under their RLlib names,
+  :data:`rl_zerosync.presets.ALGO_KEYS`), ``grad_clip_by`` and ``td_error_loss_fn`` (the default of
+  ``loss``). These may not be repeated in the zerosync dict.
 
 The DQN fields default to :data:`rl_zerosync.presets.API` (what ``ZeroSyncDQNConfig()`` sets), so a
 ``LearnerSettings()`` built without a config matches a fresh config. Every bad value raises
-ValueError naming the field and the allowed values.
+:class:`LearnerFieldError` (a ValueError) naming the field and the allowed values.
+
+Built once per process for the same values (:meth:`LearnerSettings.validated`): a settings file's
+are built and checked at load, and the learner of the same process, building its own from the RLlib
+config, gets that object back without a second check. A learner in another process (remote learners)
+builds and checks its own, once, from the config it received.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-from rl_zerosync.presets import API
+from rl_zerosync.presets import ALGO_KEYS, API
 
-__all__ = ["LearnerSettings", "LOSSES", "NONFINITE_POLICIES", "COLLAPSE_POLICIES", "DIVERGENCE_POLICIES"]
+__all__ = ["LearnerFieldError", "LearnerSettings", "LOSSES", "NONFINITE_POLICIES", "COLLAPSE_POLICIES",
+           "DIVERGENCE_POLICIES"]
 
 LOSSES = ("huber", "mse")
 NONFINITE_POLICIES = ("skip", "halt")
 COLLAPSE_POLICIES = ("warn", "halt")
 DIVERGENCE_POLICIES = ("halt", "warn")
 MAX_CAPACITY = 2**31 - 1
-# Fields read from the DQNConfig, not from learner_config_dict["zerosync"].
-DQN_FIELDS = (
-    "gamma",
-    "n_step",
-    "lr",
-    "grad_clip",
-    "target_network_update_freq",
-    "tau",
-    "double_q",
-    "train_batch_size_per_learner",
-)
+DQN_FIELDS = tuple(k.rllib for k in ALGO_KEYS.values() if k.learner and k.rllib is not None)
+"""Fields read from the DQNConfig, not from ``learner_config_dict["zerosync"]``: the learner's ``algo``
+keys that RLlib has (their RLlib names)."""
+_VALIDATED_MAX = 16
+"""Distinct settings :meth:`LearnerSettings.validated` keeps per process."""
+
+
+class LearnerFieldError(ValueError):
+    """A bad value of one :class:`LearnerSettings` field; ``field`` names it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+    def __reduce__(self):  # pickles (a remote learner's error reaches the driver)
+        return type(self), (self.field, str(self))
 
 
 @dataclass(frozen=True)
@@ -141,9 +153,9 @@ class LearnerSettings:
         _float("gamma", self.gamma, lo=0.0, hi=1.0)
         _int("n_step", self.n_step, 1, 10_000)
         if isinstance(self.lr, (list, tuple)) or not isinstance(self.lr, (int, float)) or isinstance(self.lr, bool):
-            raise ValueError(
-                f"lr must be a float (learning-rate schedules are not supported by the zero-sync "
-                f"learner), got {self.lr!r}"
+            raise LearnerFieldError(
+                "lr", f"lr must be a float (learning-rate schedules are not supported by the zero-sync "
+                      f"learner), got {self.lr!r}"
             )
         _float("lr", self.lr, lo=0.0, strict=True)
         if self.grad_clip is not None:
@@ -178,7 +190,26 @@ class LearnerSettings:
             raise ValueError(
                 f"unknown zerosync learner setting(s) {unknown}; allowed: {sorted(cls.field_names())}"
             )
-        return cls(**dict(d))
+        return cls.validated(d)
+
+    @classmethod
+    def validated(cls, values: Mapping[str, Any]) -> "LearnerSettings":
+        """``cls(**values)``, built and checked once per process for the same values: a later call with
+        equal values of the same types (defaults filled in) returns the object built first."""
+        defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+        key = None
+        if set(values) <= set(defaults):
+            full = {**defaults, **values}
+            key = (cls,) + tuple((n, type(v), repr(v)) for n, v in full.items())
+            built = _VALIDATED.get(key)
+            if built is not None:
+                return built
+        settings = cls(**values)
+        if key is not None:
+            _VALIDATED[key] = settings
+            while len(_VALIDATED) > _VALIDATED_MAX:
+                _VALIDATED.popitem(last=False)
+        return settings
 
     @classmethod
     def from_config(cls, config: Any) -> "LearnerSettings":
@@ -215,28 +246,32 @@ class LearnerSettings:
         for name in DQN_FIELDS:
             if hasattr(config, name):
                 zs[name] = getattr(config, name)
-        return cls(**zs)
+        return cls.validated(zs)
+
+
+_VALIDATED: "OrderedDict[tuple, LearnerSettings]" = OrderedDict()
+"""The settings :meth:`LearnerSettings.validated` built in this process, by their values."""
 
 
 def _bool(name: str, v: Any) -> None:
     if not isinstance(v, bool):
-        raise ValueError(f"{name} must be a bool (true/false), got {v!r}")
+        raise LearnerFieldError(name, f"{name} must be a bool (true/false), got {v!r}")
 
 
 def _choice(name: str, v: Any, allowed: tuple) -> None:
     if v not in allowed:
-        raise ValueError(f"{name} must be one of {allowed}, got {v!r}")
+        raise LearnerFieldError(name, f"{name} must be one of {allowed}, got {v!r}")
 
 
 def _int(name: str, v: Any, lo: int, hi: int) -> None:
     if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-        raise ValueError(f"{name} must be an int in [{lo}, {hi}], got {v!r}")
+        raise LearnerFieldError(name, f"{name} must be an int in [{lo}, {hi}], got {v!r}")
 
 
 def _float(name: str, v: Any, *, lo: Optional[float] = None, hi: Optional[float] = None, strict: bool = False) -> None:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(float(v)):
-        raise ValueError(f"{name} must be a finite number, got {v!r}")
+        raise LearnerFieldError(name, f"{name} must be a finite number, got {v!r}")
     if lo is not None and (v <= lo if strict else v < lo):
-        raise ValueError(f"{name} must be {'>' if strict else '>='} {lo}, got {v!r}")
+        raise LearnerFieldError(name, f"{name} must be {'>' if strict else '>='} {lo}, got {v!r}")
     if hi is not None and v > hi:
-        raise ValueError(f"{name} must be <= {hi}, got {v!r}")
+        raise LearnerFieldError(name, f"{name} must be <= {hi}, got {v!r}")
