@@ -106,21 +106,21 @@ def die():
 if point == "before-manifest":  # checkpoint.tmp/ holds RLlib's files and run_state.json, no manifest
     write_manifest = C.write_manifest
     def hooked_manifest(ckpt):
-        if Path(ckpt).name == C.CHECKPOINT_DIR + ".tmp" and C._iteration(Path(ckpt)) == it:
+        if Path(ckpt).name == C.CHECKPOINT_DIR + ".tmp" and C.checkpoint_iteration(Path(ckpt)) == it:
             die()
         return write_manifest(ckpt)
     C.write_manifest = hooked_manifest
 elif point == "between-renames":  # checkpoint/ moved to checkpoint.1/, checkpoint.tmp/ not yet in
-    rotate, replace = C._rotate, os.replace
+    rotate, replace = C.rotate, os.replace
     def hooked_rotate(run_dir, name, tmp, keep):
-        if name == C.CHECKPOINT_DIR and C._iteration(Path(tmp)) == it and (Path(run_dir) / name).exists():
+        if name == C.CHECKPOINT_DIR and C.checkpoint_iteration(Path(tmp)) == it and (Path(run_dir) / name).exists():
             def replace_then_die(src, dst):
                 replace(src, dst)
                 if Path(src) == Path(run_dir) / name:
                     die()
             C.os.replace = replace_then_die
         return rotate(run_dir, name, tmp, keep)
-    C._rotate = hooked_rotate
+    C.rotate = hooked_rotate
 else:
     raise SystemExit(f"unknown kill point {point!r}")
 sys.exit(main(sys.argv[1:]))

@@ -185,7 +185,7 @@ def _input_error(err: BaseException) -> bool:
     if ray_exc is not None and isinstance(err, ray_exc.RayError):
         return False
     kinds: list[type] = [ValueError, FileNotFoundError]
-    for module, name in (("rl_zerosync.rundir.runlog", "RunDirError"), ("rl_zerosync.rundir.checkpoints", "CheckpointError")):
+    for module, name in (("rl_zerosync.rundir.lock", "RunDirError"), ("rl_zerosync.rundir.checkpoints", "CheckpointError")):
         cls = getattr(sys.modules.get(module), name, None)
         if isinstance(cls, type):
             kinds.append(cls)
@@ -200,7 +200,8 @@ def _one_line(err: BaseException) -> str:
 def _command(args) -> int:
     if args.command == "train":
         from rl_zerosync.rundir.checkpoints import CheckpointError
-        from rl_zerosync.rundir.runlog import RunDirError, RunLock, claim_run_dir
+        from rl_zerosync.rundir.lock import RunDirError, RunLock
+        from rl_zerosync.rundir.run_dir import RunDir
         from rl_zerosync.config.settings import SettingsError, load
         from rl_zerosync.run.train import train
 
@@ -229,8 +230,8 @@ def _command(args) -> int:
                 # --overwrite cleared) here, then locked again by its own process.
                 with RunLock(parent):
                     for seed in seeds:
-                        claim_run_dir(parent / f"seed{seed}", overwrite=args.overwrite,
-                                      hint="pass --overwrite to train the seeds again").release()
+                        RunDir.claim(parent / f"seed{seed}", overwrite=args.overwrite,
+                                     hint="pass --overwrite to train the seeds again").close()
                     report = train_seeds(args.config, args.set, seeds, parallel=args.parallel)
             except RunDirError as err:
                 print(f"error: {err}", file=sys.stderr)

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from rl_zerosync.rundir.runlog import RUNNING_EPISODES, RunLog
+from rl_zerosync.rundir.progress import RUNNING_EPISODES, Progress
 
 
 def _result(it, episodes, ret=None, length=None):
@@ -18,17 +18,16 @@ def _result(it, episodes, ret=None, length=None):
     return {"training_iteration": it, "env_runners": er}
 
 
-def test_running_means_cover_the_last_100_episodes_and_fill_blank_iterations(tmp_path):
+def test_running_means_cover_the_last_100_episodes_and_fill_blank_iterations():
     out = io.StringIO()
-    log = RunLog(tmp_path, stream=out, total_iterations=5)
+    progress = Progress(total_iterations=5, stream=out)
     rows = [_result(1, 60, ret=1.0, length=10), _result(2, 0), _result(3, 60, ret=3.0, length=30),
             _result(4, 0), _result(5, 100, ret=5.0, length=50)]
     perf = []
     for r in rows:
-        log.add_perf(r)
-        log.progress(r)
+        progress.add_perf(r)
+        progress.show(r)
         perf.append(dict(r["perf"]))
-    log.close()
     lines = out.getvalue().splitlines()
     assert lines[0].startswith("it 1/5 | 0:00:0") and "ETA" in lines[0]
     assert lines[-1].startswith("it 5/5 |") and "ETA" not in lines[-1]

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import yaml
 
-# Imported at collection, not inside a capsys test: RunLog's default stream and Ray's log handlers
+# Imported at collection, not inside a capsys test: Progress's default stream and Ray's log handlers
 # bind sys.stdout / sys.stderr at import, and a test's captured streams are closed after it.
 import rl_zerosync.env_runner  # noqa: F401,E402  (imports Ray and RLlib)
 import rl_zerosync.run.train  # noqa: F401,E402

@@ -17,9 +17,8 @@ from pathlib import Path
 import pytest
 
 from rl_zerosync.rundir.checkpoints import CHECKPOINT_DIR, read_run_state
-from rl_zerosync.rundir.runlog import (
-    LOCK_FILE, RunDirError, RunLock, _proc_start, claim_run_dir, clear_run_dir, run_outputs, truncate_metrics,
-)
+from rl_zerosync.rundir.lock import LOCK_FILE, RunDirError, RunLock, _proc_start
+from rl_zerosync.rundir.run_dir import RunDir
 from tiny_run import tiny_raw
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -142,7 +141,7 @@ def test_a_finished_run_is_refused_without_resume_or_overwrite(tmp_path):
     out, wall = _train(tmp_path, "s", "--seeds", "0,1")
     assert out.returncode == 2 and wall < 10
     assert "seed1 already holds a run" in _error_line(out.stderr) and "--overwrite" in out.stderr
-    assert not (tmp_path / "s" / "seed0").exists() or not run_outputs(tmp_path / "s" / "seed0")
+    assert not (tmp_path / "s" / "seed0").exists() or not RunDir(tmp_path / "s" / "seed0").outputs()
 
 
 def test_what_counts_as_a_run_and_what_overwrite_clears(tmp_path, capsys):
@@ -150,36 +149,36 @@ def test_what_counts_as_a_run_and_what_overwrite_clears(tmp_path, capsys):
     run_dir.mkdir()
     (run_dir / "metrics.jsonl").write_text("")  # killed before its first iteration: not a run
     (run_dir / "train.log").write_text("log")
-    assert run_outputs(run_dir) == []
-    claim_run_dir(run_dir).release()
+    assert RunDir(run_dir).outputs() == []
+    RunDir.claim(run_dir).close()
     for name in ("checkpoint.1", "checkpoint_best", "checkpoint.tmp", "tensorboard", "evaluation"):
         (run_dir / name).mkdir()
     for name in ("checkpoint.1", "checkpoint_best"):
         (run_dir / name / "rllib_checkpoint.json").write_text("{}")
     (run_dir / "settings.yaml").write_text("run: {}\n")
     (run_dir / "notes.txt").write_text("mine")
-    assert run_outputs(run_dir) == ["checkpoint_best/", "checkpoint.1/"]
+    assert RunDir(run_dir).outputs() == ["checkpoint_best/", "checkpoint.1/"]
     with pytest.raises(RunDirError, match="already holds a run"):
-        claim_run_dir(run_dir)
-    with claim_run_dir(run_dir, resume=True):  # continued as it is
+        RunDir.claim(run_dir)
+    with RunDir.claim(run_dir, resume=True):  # continued as it is
         assert (run_dir / "checkpoint.1").is_dir()
-    with claim_run_dir(run_dir, overwrite=True) as lock:
-        assert lock.path.is_file()
+    with RunDir.claim(run_dir, overwrite=True) as claimed:
+        assert claimed.lock.path.is_file()
         assert sorted(p.name for p in run_dir.iterdir()) == ["notes.txt", LOCK_FILE, "train.log"]
     assert "overwrite: removed" in capsys.readouterr().out
     assert sorted(p.name for p in run_dir.iterdir()) == ["notes.txt", "train.log"]
-    assert clear_run_dir(tmp_path / "none") == []
+    assert RunDir(tmp_path / "none").clear() == []
 
 
 def test_metrics_are_cut_back_to_the_resumed_iteration(tmp_path):
     rows = [{"iteration": i, "x": i} for i in (1, 2, 3, 2, 3, 4, 5)]  # an old duplicate resume, then more
     text = "".join(json.dumps(r) + "\n" for r in rows) + '{"iteration": 6, "x"'  # torn by a kill
     (tmp_path / "metrics.jsonl").write_text(text)
-    assert truncate_metrics(tmp_path, 3) == 5  # 4, 5, the torn line and two older copies of 2, 3
+    assert RunDir(tmp_path).truncate_metrics(3) == 5  # 4, 5, the torn line and two older copies of 2, 3
     kept = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert kept == [{"iteration": 1, "x": 1}, {"iteration": 2, "x": 2}, {"iteration": 3, "x": 3}]
     assert not (tmp_path / "metrics.jsonl.tmp").exists()
-    assert truncate_metrics(tmp_path / "nothing", 3) == 0
+    assert RunDir(tmp_path / "nothing").truncate_metrics(3) == 0
 
 
 # ---- a real kill -9 (before the in-process Ray instance below starts) ---------------------------

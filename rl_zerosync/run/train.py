@@ -4,13 +4,9 @@ from __future__ import annotations
 import os
 import signal
 
-import yaml
-
-from rl_zerosync.rundir.checkpoints import (
-    BEST_DIR, MARKER, SETTINGS_FILE, CheckpointError, checkpoint_candidates, read_run_state, save_checkpoint,
-    set_aside, verified_checkpoint, verify_checkpoint, warn,
-)
-from rl_zerosync.rundir.runlog import RunLog, claim_run_dir, truncate_metrics
+from rl_zerosync.rundir.checkpoints import BEST_DIR
+from rl_zerosync.rundir.progress import Progress
+from rl_zerosync.rundir.run_dir import RunDir
 from rl_zerosync.config.settings import Settings, to_rllib_config
 
 
@@ -99,57 +95,16 @@ def train(settings: Settings, resume: str | None = None, overwrite: bool = False
     run holds it). A directory that already holds a run is refused unless ``resume`` (a run or
     checkpoint directory to continue from: its newest checkpoint that matches its manifest, older
     ones tried in turn; the metrics rows after it are dropped) or ``overwrite`` (cleared first)."""
-    run_dir = settings.run_dir
-    lock = claim_run_dir(run_dir, resume=bool(resume), overwrite=overwrite)
-    try:
+    with RunDir.claim(settings.run_dir, resume=bool(resume), overwrite=overwrite) as run_dir:
         # Verified before Ray starts: a damaged checkpoint fails (or falls back) at once.
-        ckpt = _verified_resume(run_dir, resume) if resume else None
+        ckpt = run_dir.resume_point(resume) if resume else None
         init_ray(settings)
-        (run_dir / SETTINGS_FILE).write_text(yaml.safe_dump(settings.to_dict(), sort_keys=False))
+        run_dir.write_settings(settings)
         algo = to_rllib_config(settings).build_algo()
         try:
-            return _train_loop(settings, algo, ckpt)
+            return _train_loop(settings, run_dir, algo, ckpt)
         finally:
             algo.stop()
-    finally:
-        lock.release()
-
-
-def _verified_resume(run_dir, resume: str):
-    """The newest good checkpoint of ``resume``; the damaged ones of this run directory (newer ones
-    skipped, a damaged ``checkpoint_best/``) are moved aside to ``<name>.damaged/``."""
-    ckpt = verified_checkpoint(resume, "last", fallback=True)
-    found = checkpoint_candidates(resume, "last")
-    damaged = found[:found.index(ckpt)] if ckpt in found else []
-    best = run_dir / BEST_DIR
-    if (best / MARKER).is_file() and best.resolve() != ckpt.resolve():
-        try:
-            verify_checkpoint(best, quiet=True)
-        except CheckpointError as err:
-            warn(str(err))
-            damaged.append(best)
-    for bad in damaged:
-        moved = set_aside(run_dir, bad)
-        if moved is not None:
-            warn(f"moved the damaged {bad} aside to {moved}")
-    return ckpt
-
-
-def _resume_from(settings: Settings, algo, ckpt) -> dict:
-    """Restore ``ckpt`` into ``algo``; drop the metrics rows after its iteration; its run state."""
-    run_dir = settings.run_dir
-    algo.restore_from_path(str(ckpt.resolve()))
-    state = read_run_state(ckpt)
-    it = int(algo.iteration)
-    dropped = truncate_metrics(run_dir, it)
-    print(f"resumed from {ckpt} at iteration {it}"
-          + (f" (dropped {dropped} metrics.jsonl rows after it)" if dropped else ""), flush=True)
-    best = run_dir / BEST_DIR
-    best_it = read_run_state(best).get("iteration") if best.is_dir() else None
-    if best_it is not None and best_it > it:
-        warn(f"{best} is from iteration {best_it}, after the resumed iteration {it}; it stays until a "
-             "new best replaces it")
-    return state
 
 
 def header_line(settings: Settings, algo) -> str:
@@ -172,14 +127,12 @@ def header_line(settings: Settings, algo) -> str:
             f"{settings.run.iterations} iterations")
 
 
-def _train_loop(settings: Settings, algo, ckpt) -> dict:
-    run_dir = settings.run_dir
+def _train_loop(settings: Settings, run_dir: RunDir, algo, ckpt) -> dict:
     state: dict = {}
     if ckpt is not None:
-        state = _resume_from(settings, algo, ckpt)
-    # TensorBoard: a resumed run hides the earlier sessions' events after the resumed iteration.
-    log = RunLog(run_dir, purge_step=int(algo.iteration) + 1 if ckpt is not None else None,
-                 total_iterations=settings.run.iterations)
+        state = run_dir.restore(algo, ckpt)
+    run_dir.open_log()
+    progress = Progress(total_iterations=settings.run.iterations)
     print(header_line(settings, algo), flush=True)
     result: dict = {}
     every = settings.run.checkpoint_every
@@ -198,31 +151,31 @@ def _train_loop(settings: Settings, algo, ckpt) -> dict:
                 if validator is not None and (it % eval_every == 0 or it == settings.run.iterations):
                     ev = validator.validate(algo)
                     if selection.update(it, ev):
-                        save_checkpoint(algo, settings, BEST_DIR, {**selection.state(), "validation": ev})
+                        run_dir.save(algo, settings, BEST_DIR, {**selection.state(), "validation": ev})
                     ev["best_validation_" + selection.metric] = selection.best_value
                     ev["best_iteration"] = selection.best_iteration
                     result["eval"] = ev
-                log.add_perf(result)
-                log.write(result)
-                log.progress(result)
+                progress.add_perf(result)
+                run_dir.log(result)
+                progress.show(result)
                 if every and it % every == 0:
-                    save_checkpoint(algo, settings, run_state=selection.state(), keep=settings.run.keep_checkpoints)
+                    run_dir.save(algo, settings, run_state=selection.state(), keep=settings.run.keep_checkpoints)
                 if selection.stop:
                     print(f"early stop: no new best validation {selection.metric} in "
                           f"{selection.patience} passes (best {selection.best_value:+.3f} at iteration "
                           f"{selection.best_iteration})", flush=True)
                     break
-        ckpt = save_checkpoint(algo, settings, run_state=selection.state(), keep=settings.run.keep_checkpoints)
+        ckpt = run_dir.save(algo, settings, run_state=selection.state(), keep=settings.run.keep_checkpoints)
         print(f"checkpoint: {ckpt}", flush=True)
         if interrupt.requested:
             return result
         if settings.run.evaluate:
             from rl_zerosync.evaluation.evaluate import evaluate_checkpoint
 
-            report = evaluate_checkpoint(run_dir, out_dir=run_dir / "evaluation",
+            report = evaluate_checkpoint(run_dir.path, out_dir=run_dir.path / "evaluation",
                                          which=settings.run.eval_checkpoint)
             print(report["summary_line"], flush=True)
             result["evaluation"] = report
     finally:
-        log.close()
+        run_dir.close_log()
     return result

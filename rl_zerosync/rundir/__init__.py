@@ -1,2 +1,4 @@
-"""What a run leaves on disk: its directory, lock and metrics (``runlog.py``), checkpoints with
-their manifests, rotation and module loading (``checkpoints.py``)."""
+"""What a run leaves on disk: the run directory as one object (``run_dir.py``: :class:`RunDir`, its
+lock, metrics, TensorBoard events, checkpoints and resume point), who holds it (``lock.py``), the
+checkpoints' manifests, rotation and verification (``checkpoints.py``), and the live progress line
+(``progress.py``)."""

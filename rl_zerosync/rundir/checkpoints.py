@@ -1,4 +1,6 @@
-"""Checkpoints of a run directory: where they are, how they are written, and whether they are whole.
+"""Checkpoints of a run directory: where they are, their manifests and rotation, and whether they are
+whole. Saving one, finding the one to resume from and setting damaged ones aside belong to the run
+directory (:class:`~rl_zerosync.rundir.run_dir.RunDir`).
 
 Layout of a run directory ``<run.dir>/<run.name>/``::
 
@@ -24,8 +26,6 @@ import re
 import shutil
 import sys
 from pathlib import Path
-
-import yaml
 
 CHECKPOINT_DIR = "checkpoint"
 BEST_DIR = "checkpoint_best"
@@ -196,7 +196,7 @@ def read_run_state(ckpt: Path) -> dict:
     return json.loads(f.read_text()) if f.is_file() else {}  # host read: checkpoint metadata
 
 
-def _iteration(ckpt: Path) -> int | None:
+def checkpoint_iteration(ckpt: Path) -> int | None:
     """The iteration of a checkpoint, None when it has none or it cannot be read."""
     try:
         return read_run_state(ckpt).get("iteration")
@@ -204,21 +204,8 @@ def _iteration(ckpt: Path) -> int | None:
         return None
 
 
-def set_aside(run_dir: str | Path, ckpt: Path) -> Path | None:
-    """Move the checkpoint ``ckpt`` of ``run_dir`` out of the rotation, to ``<name>.damaged/`` (an
-    earlier one of that name is replaced), so a damaged checkpoint is kept to look at but never
-    taken for a good one; None when ``ckpt`` is not a checkpoint of ``run_dir``."""
-    run_dir, ckpt = Path(run_dir).resolve(), Path(ckpt)
-    if ckpt.resolve().parent != run_dir or ckpt.name in (".", ""):
-        return None
-    dst = run_dir / (ckpt.name + ".damaged")
-    shutil.rmtree(dst, ignore_errors=True)
-    os.replace(ckpt, dst)
-    return dst
-
-
-def _rotate(run_dir: Path, name: str, tmp: Path, keep: int) -> Path:
-    """Swap the finished ``tmp`` in as ``<name>``; the previous ones move down one place
+def rotate(run_dir: Path, name: str, tmp: Path, keep: int) -> Path:
+    """Swap the finished ``tmp`` in as ``<name>`` of ``run_dir``; the previous ones move down one place
     (``<name>`` -> ``<name>.1`` -> ``<name>.2`` ...), keeping ``keep`` in all.
 
     Every step is one rename, and a whole checkpoint exists at every moment: killed between two
@@ -256,31 +243,3 @@ def policy_only_excludes() -> list[str]:
     from rl_zerosync.learner.dqn_learner import COMPONENT_ZEROSYNC
 
     return [f"{COMPONENT_LEARNER_GROUP}/{COMPONENT_LEARNER}/{COMPONENT_ZEROSYNC}", REPLAY_SHARDS]
-
-
-def save_checkpoint(algo, settings, name: str = CHECKPOINT_DIR, run_state: dict | None = None,
-                    keep: int | None = None, replay: bool | None = None) -> Path:
-    """Write the checkpoint atomically: to ``<name>.tmp`` (RLlib's files, settings, run state, then
-    the manifest last), then swap it in. ``keep``: checkpoints of this name kept (default
-    ``KEEP_LAST`` for ``checkpoint/``, 1 for the others). ``replay``: include the learner's replay
-    buffer and counters (default: for ``checkpoint/``, which resumes training; not for
-    ``checkpoint_best/``, which evaluation and export read the policy from: a replay of millions of
-    transitions is gigabytes, rewritten at every new best)."""
-    run_dir = settings.run_dir
-    if keep is None:
-        keep = KEEP_LAST if name == CHECKPOINT_DIR else 1
-    if replay is None:
-        replay = name == CHECKPOINT_DIR
-    tmp = run_dir / (name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    if replay:
-        algo.save_to_path(str(tmp.resolve()))
-    else:
-        algo.save_to_path(str(tmp.resolve()), state=algo.get_state(not_components=policy_only_excludes()))
-    (tmp / SETTINGS_FILE).write_text(yaml.safe_dump(settings.to_dict(), sort_keys=False))
-    state = {"iteration": int(algo.iteration), **(run_state or {})}
-    (tmp / RUN_STATE_FILE).write_text(json.dumps(state, indent=2, default=float))
-    write_manifest(tmp)
-    if _iteration(run_dir / name) == state["iteration"]:
-        keep = 1  # the same iteration again (the end of a run, or after a resume): replace it, shift nothing
-    return _rotate(run_dir, name, tmp, max(1, int(keep)))

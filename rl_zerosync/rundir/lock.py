@@ -1,0 +1,152 @@
+"""Who owns a run directory: ``run.lock`` (:class:`RunLock`), held for the life of a run, and
+:class:`RunDirError` for a directory this run may not use."""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+LOCK_FILE = "run.lock"
+"""Held in the run directory for the life of a run: ``{"pid", "host", "started", "pid_start"}``."""
+
+
+class RunDirError(RuntimeError):
+    """A run directory this run may not use: another live run holds it, or it holds a finished run."""
+
+
+def _proc_start(pid: int) -> str | None:
+    """The start time of process ``pid`` (clock ticks after boot, from /proc; None elsewhere): tells a
+    reused pid from the lock holder."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat[stat.rindex(")") + 2:].split()[19]
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _alive(pid: int, start: str | None) -> bool:
+    """Whether process ``pid`` of this host exists and (when known) is the one that started at ``start``."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, another user's
+    if start is not None:
+        now = _proc_start(pid)
+        if now is not None and now != start:
+            return False  # the pid was reused
+    return True
+
+
+def _describe(holder: dict) -> str:
+    return (f"pid {holder.get('pid', '?')} on host {holder.get('host', '?')}, "
+            f"started {holder.get('started', '?')}")
+
+
+class RunLock:
+    """``<run_dir>/run.lock``, created with O_EXCL and held for the life of a run (a context manager).
+
+    A lock whose pid no longer exists on this host (or was reused by another process) is stale and
+    taken over with a warning; a live one, or one held from another host, raises
+    :class:`RunDirError` naming the holder."""
+
+    def __init__(self, run_dir: str | Path):
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / LOCK_FILE
+        self.info: dict | None = None
+        self._text: str | None = None
+
+    def _read(self) -> tuple[str | None, dict | None]:
+        """(raw text, parsed holder) of the lock file; (None, None) when it is gone."""
+        deadline = time.monotonic() + 1.0
+        while True:
+            try:
+                text = self.path.read_text()
+            except FileNotFoundError:
+                return None, None
+            try:
+                holder = json.loads(text)
+                if isinstance(holder, dict):
+                    return text, holder
+            except ValueError:
+                pass
+            if time.monotonic() > deadline:  # still empty or torn: its writer died while writing it
+                return text, {}
+            time.sleep(0.05)  # just created, being written
+
+    def _take_over(self, text: str) -> None:
+        """Remove the stale lock whose contents are ``text`` (under an flock of the directory, so two
+        runs taking over the same stale lock cannot both succeed)."""
+        import fcntl
+
+        fd = os.open(self.run_dir, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                if self.path.read_text() == text:
+                    self.path.unlink()
+            except FileNotFoundError:
+                pass
+        finally:
+            os.close(fd)  # releases the flock
+
+    def acquire(self) -> "RunLock":
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        host = socket.gethostname()
+        info = {"pid": os.getpid(), "host": host,
+                "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+                "pid_start": _proc_start(os.getpid())}
+        for _ in range(5):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                text, holder = self._read()
+                if text is None:
+                    continue  # released meanwhile
+                try:
+                    pid = int(holder.get("pid", -1))
+                except (TypeError, ValueError):
+                    pid = -1
+                if holder and (holder.get("host") != host or _alive(pid, holder.get("pid_start"))):
+                    raise RunDirError(
+                        f"{self.run_dir} is in use by another run: {_describe(holder)} (lock {self.path}; "
+                        "delete it only if that run is dead)") from None
+                from rl_zerosync.rundir.checkpoints import warn
+
+                warn(f"taking over the stale lock {self.path} of a run that is gone "
+                     f"({_describe(holder) if holder else 'unreadable lock'})")
+                self._take_over(text)
+                continue
+            text = json.dumps(info) + "\n"
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            self.info, self._text = info, text
+            return self
+        raise RunDirError(f"{self.run_dir}: could not take the lock {self.path} (other runs keep taking it)")
+
+    def release(self) -> None:
+        """Remove the lock if it is still this run's."""
+        if self._text is None:
+            return
+        try:
+            if self.path.read_text() == self._text:
+                self.path.unlink()
+        except FileNotFoundError:
+            pass
+        self.info = self._text = None
+
+    def __enter__(self) -> "RunLock":
+        return self.acquire() if self._text is None else self
+
+    def __exit__(self, *exc) -> bool:
+        self.release()
+        return False
+

@@ -1,0 +1,290 @@
+"""One run directory ``<run.dir>/<run.name>/`` as one object, :class:`RunDir`: who holds it, what a
+run writes into it, and where a resumed run starts from.
+
+Layout (the checkpoints: :mod:`rl_zerosync.rundir.checkpoints`)::
+
+    run.lock             held for the life of a run (:class:`~rl_zerosync.rundir.lock.RunLock`)
+    settings.yaml        the run's settings
+    metrics.jsonl        one JSON row per iteration (flattened finite scalars of RLlib's result)
+    tensorboard/         the same scalars, one event file per session
+    checkpoint/ ...      the newest checkpoints, ``checkpoint_best/`` the best validation pass
+    *.damaged/           checkpoints found damaged at a resume, set aside
+    evaluation/          the evaluation at the end of the run
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+
+import yaml
+from tensorboardX import SummaryWriter
+
+from rl_zerosync.rundir import checkpoints
+from rl_zerosync.rundir.checkpoints import (
+    BEST_DIR, CHECKPOINT_DIR, KEEP_LAST, MARKER, RUN_STATE_FILE, SETTINGS_FILE, CheckpointError,
+    checkpoint_candidates, read_run_state, verified_checkpoint, verify_checkpoint, warn,
+)
+from rl_zerosync.rundir.lock import RunDirError, RunLock
+
+METRICS_FILE = "metrics.jsonl"
+TENSORBOARD_DIR = "tensorboard"
+RUN_OUTPUTS = (METRICS_FILE, METRICS_FILE + ".tmp", TENSORBOARD_DIR, "evaluation", "settings.yaml")
+"""What ``--overwrite`` removes besides every ``checkpoint*`` entry (the lock, logs and anything
+else in the directory stay)."""
+
+# Static or bulky parts of RLlib's result dict that are not iteration metrics.
+_SKIP = ("config", "evaluation")
+
+
+def flatten_scalars(d: dict, prefix: str = "") -> dict[str, float]:
+    """Flatten nested dicts to ``a/b/c -> float``, keeping finite numbers only."""
+    out: dict[str, float] = {}
+    for key, value in d.items():
+        name = f"{prefix}/{key}" if prefix else str(key)
+        if isinstance(value, dict):
+            out.update(flatten_scalars(value, name))
+        elif isinstance(value, bool):
+            out[name] = float(value)
+        elif isinstance(value, (int, float)) and math.isfinite(float(value)):
+            out[name] = float(value)
+    return out
+
+
+def _settings_yaml(settings) -> str:
+    return yaml.safe_dump(settings.to_dict(), sort_keys=False)
+
+
+class RunDir:
+    """A run directory: its lock, ``metrics.jsonl`` and TensorBoard events, its checkpoints.
+
+    :meth:`claim` takes the lock for a run (a context manager; :meth:`close` releases it). A
+    ``RunDir(path)`` made directly holds no lock: it reads the directory (:meth:`outputs`) and can
+    rewrite it (:meth:`clear`, :meth:`truncate_metrics`) for a caller that owns it otherwise.
+
+    A run: :meth:`claim`; on resume :meth:`resume_point` (before Ray starts) and, once the algorithm
+    is built, :meth:`restore`; :meth:`write_settings`; :meth:`open_log`, then every iteration
+    :meth:`log` and now and then :meth:`save`; :meth:`close_log`; :meth:`close`."""
+
+    def __init__(self, path: str | Path, lock: RunLock | None = None):
+        self.path = Path(path)
+        self.lock = lock
+        self._resumed_at: int | None = None
+        self._jsonl = None
+        self._tb = None
+
+    # ---- ownership -------------------------------------------------------------------------------
+
+    @classmethod
+    def claim(cls, path: str | Path, *, resume: bool = False, overwrite: bool = False,
+              hint: str | None = None) -> "RunDir":
+        """Take the run directory's lock for a run, before anything is written (or Ray started).
+
+        A directory that already holds a run (:meth:`outputs`) is only continued with ``resume``
+        (:meth:`restore` then drops the metrics rows after the resumed checkpoint) or cleared first
+        with ``overwrite``; otherwise :class:`RunDirError` (``hint``: what to pass instead). The
+        lock is held until :meth:`close` (or the end of a ``with`` block)."""
+        if resume and overwrite:
+            raise RunDirError("--resume and --overwrite cannot be combined")
+        run_dir = cls(path)
+        run_dir.lock = RunLock(run_dir.path).acquire()
+        try:
+            if overwrite:
+                removed = run_dir.clear()
+                if removed:
+                    print(f"overwrite: removed {', '.join(removed)} from {run_dir.path}", flush=True)
+            found = run_dir.outputs()
+            if found and not resume:
+                hint = hint or f"pass --resume {run_dir.path} to continue it or --overwrite to replace it"
+                raise RunDirError(f"{run_dir.path} already holds a run ({', '.join(found)}); "
+                                  f"not appending to it: {hint}")
+        except BaseException:
+            run_dir.lock.release()
+            raise
+        return run_dir
+
+    def outputs(self) -> list[str]:
+        """What makes the directory a run already (a non-empty metrics.jsonl, checkpoints): names, or []."""
+        found = []
+        metrics = self.path / METRICS_FILE
+        if metrics.is_file() and metrics.stat().st_size > 0:
+            found.append(METRICS_FILE)
+        if self.path.is_dir():
+            found += [c.name + "/" for c in checkpoint_candidates(self.path, "best") if c.parent == self.path]
+        return found
+
+    def clear(self) -> list[str]:
+        """Remove a run's outputs (``RUN_OUTPUTS`` and every ``checkpoint*`` entry); returns the
+        names removed."""
+        removed = []
+        if not self.path.is_dir():
+            return removed
+        for p in sorted(self.path.iterdir()):
+            if p.name in RUN_OUTPUTS or p.name.startswith("checkpoint"):
+                if p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p)
+                else:
+                    p.unlink()
+                removed.append(p.name)
+        return removed
+
+    def close(self) -> None:
+        """Close the metrics log (if open) and release the lock (if still this run's)."""
+        self.close_log()
+        if self.lock is not None:
+            self.lock.release()
+
+    def __enter__(self) -> "RunDir":
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self.close()
+        return False
+
+    # ---- resume ------------------------------------------------------------------------------------
+
+    def resume_point(self, source: str | Path) -> Path:
+        """The newest good checkpoint of ``source`` (a run or checkpoint directory; one that does not
+        match its manifest is skipped with a warning for the next older one, :class:`CheckpointError`
+        when none is good). The damaged ones of this run directory (the newer ones skipped, a damaged
+        ``checkpoint_best/``) are moved aside to ``<name>.damaged/`` (:meth:`set_aside`)."""
+        ckpt = verified_checkpoint(source, "last", fallback=True)
+        found = checkpoint_candidates(source, "last")
+        damaged = found[:found.index(ckpt)] if ckpt in found else []
+        best = self.path / BEST_DIR
+        if (best / MARKER).is_file() and best.resolve() != ckpt.resolve():
+            try:
+                verify_checkpoint(best, quiet=True)
+            except CheckpointError as err:
+                warn(str(err))
+                damaged.append(best)
+        for bad in damaged:
+            moved = self.set_aside(bad)
+            if moved is not None:
+                warn(f"moved the damaged {bad} aside to {moved}")
+        return ckpt
+
+    def set_aside(self, ckpt: Path) -> Path | None:
+        """Move the checkpoint ``ckpt`` of this directory out of the rotation, to ``<name>.damaged/``
+        (an earlier one of that name is replaced), so a damaged checkpoint is kept to look at but never
+        taken for a good one; None when ``ckpt`` is not a checkpoint of this directory."""
+        run_dir, ckpt = self.path.resolve(), Path(ckpt)
+        if ckpt.resolve().parent != run_dir or ckpt.name in (".", ""):
+            return None
+        dst = run_dir / (ckpt.name + ".damaged")
+        shutil.rmtree(dst, ignore_errors=True)
+        os.replace(ckpt, dst)
+        return dst
+
+    def restore(self, algo, ckpt: Path) -> dict:
+        """Restore ``ckpt`` into ``algo`` and drop the metrics rows after its iteration
+        (:meth:`truncate_metrics`; :meth:`open_log` then hides TensorBoard's later events); returns
+        the checkpoint's run state."""
+        algo.restore_from_path(str(ckpt.resolve()))
+        state = read_run_state(ckpt)
+        it = int(algo.iteration)
+        self._resumed_at = it
+        dropped = self.truncate_metrics(it)
+        print(f"resumed from {ckpt} at iteration {it}"
+              + (f" (dropped {dropped} metrics.jsonl rows after it)" if dropped else ""), flush=True)
+        best = self.path / BEST_DIR
+        best_it = read_run_state(best).get("iteration") if best.is_dir() else None
+        if best_it is not None and best_it > it:
+            warn(f"{best} is from iteration {best_it}, after the resumed iteration {it}; it stays until a "
+                 "new best replaces it")
+        return state
+
+    def truncate_metrics(self, iteration: int) -> int:
+        """Keep the rows of ``metrics.jsonl`` up to ``iteration`` (the resumed checkpoint's), one per
+        iteration (the last written), in iteration order, and drop the rest and any torn line; the file
+        is rewritten atomically (tmp + rename). Returns the number of lines dropped."""
+        path = self.path / METRICS_FILE
+        if not path.is_file():
+            return 0
+        keep: dict[int, str] = {}
+        dropped = 0
+        for line in path.read_text().splitlines():  # host read: run metadata
+            try:
+                it = int(json.loads(line)["iteration"])
+            except (ValueError, KeyError, TypeError):
+                dropped += bool(line.strip())
+                continue
+            if it > iteration:
+                dropped += 1
+                continue
+            if it in keep:
+                dropped += 1
+            keep[it] = line
+        tmp = path.with_name(METRICS_FILE + ".tmp")
+        with open(tmp, "w") as f:
+            f.writelines(keep[it] + "\n" for it in sorted(keep))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        return dropped
+
+    # ---- what a run writes -------------------------------------------------------------------------
+
+    def write_settings(self, settings) -> None:
+        """The run's settings as ``settings.yaml`` (what ``evaluate`` of the run directory reads)."""
+        (self.path / SETTINGS_FILE).write_text(_settings_yaml(settings))
+
+    def open_log(self) -> None:
+        """Open ``metrics.jsonl`` (appended to) and this session's TensorBoard event file. After
+        :meth:`restore`, TensorBoard hides the earlier sessions' events after the resumed iteration."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._jsonl = open(self.path / METRICS_FILE, "a", buffering=1)
+        tb_dir = self.path / TENSORBOARD_DIR
+        # One event file per session, named in session order: a resume in the same second as the
+        # previous session's start must not overwrite its file, and TensorBoard reads them in order.
+        session = len(list(tb_dir.glob("events.out.tfevents.*"))) if tb_dir.is_dir() else 0
+        purge_step = self._resumed_at + 1 if self._resumed_at is not None else None
+        self._tb = SummaryWriter(str(tb_dir), purge_step=purge_step, filename_suffix=f".{session:04d}")
+
+    def log(self, result: dict) -> None:
+        """One iteration's row: RLlib's result dict (less ``config`` and ``evaluation``) flattened to
+        finite scalars, appended to ``metrics.jsonl`` and written to TensorBoard at its iteration."""
+        step = int(result.get("training_iteration", 0))
+        scalars = flatten_scalars({k: v for k, v in result.items() if k not in _SKIP})
+        self._jsonl.write(json.dumps({"iteration": step, **scalars}) + "\n")
+        for name, value in scalars.items():
+            self._tb.add_scalar(name, value, step)
+        self._tb.flush()
+
+    def close_log(self) -> None:
+        """Close ``metrics.jsonl`` and the TensorBoard writer (if open)."""
+        if self._jsonl is not None:
+            self._jsonl.close()
+            self._tb.close()
+            self._jsonl = self._tb = None
+
+    def save(self, algo, settings, name: str = CHECKPOINT_DIR, run_state: dict | None = None,
+             keep: int | None = None, replay: bool | None = None) -> Path:
+        """Write a checkpoint atomically: to ``<name>.tmp`` (RLlib's files, settings, run state, then
+        the manifest last), then swap it in (:func:`~rl_zerosync.rundir.checkpoints.rotate`). ``keep``:
+        checkpoints of this name kept (default ``KEEP_LAST`` for ``checkpoint/``, 1 for the others).
+        ``replay``: include the learner's replay buffer and counters (default: for ``checkpoint/``,
+        which resumes training; not for ``checkpoint_best/``, which evaluation and export read the
+        policy from: a replay of millions of transitions is gigabytes, rewritten at every new best).
+        The manifest and the rotation are looked up on the checkpoints module at each call, so a
+        wrapper put there (the fault points of ``benchmarks/reliability.py``) takes effect."""
+        if keep is None:
+            keep = KEEP_LAST if name == CHECKPOINT_DIR else 1
+        if replay is None:
+            replay = name == CHECKPOINT_DIR
+        tmp = self.path / (name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        if replay:
+            algo.save_to_path(str(tmp.resolve()))
+        else:
+            algo.save_to_path(str(tmp.resolve()),
+                              state=algo.get_state(not_components=checkpoints.policy_only_excludes()))
+        (tmp / SETTINGS_FILE).write_text(_settings_yaml(settings))
+        state = {"iteration": int(algo.iteration), **(run_state or {})}
+        (tmp / RUN_STATE_FILE).write_text(json.dumps(state, indent=2, default=float))
+        checkpoints.write_manifest(tmp)
+        if checkpoints.checkpoint_iteration(self.path / name) == state["iteration"]:
+            keep = 1  # the same iteration again (the end of a run, or after a resume): replace it, shift nothing
+        return checkpoints.rotate(self.path, name, tmp, max(1, int(keep)))
