@@ -18,8 +18,12 @@ One training iteration (``training_step``):
 
 With ``runner.overlap`` the rollouts sample while the learners train on the replay as it was before
 them: on the runner's own CUDA stream when runner and learner share the driver process
-(:meth:`ZeroSyncDQN._overlapped_training_step`), as asynchronous Ray calls with remote env runners
-(:meth:`ZeroSyncDQN._overlapped_remote_training_step`).
+(:meth:`ZeroSyncDQN._overlapped_steps`), as asynchronous Ray calls with remote env runners
+(:meth:`ZeroSyncDQN._overlapped_remote_steps`).
+
+Every mode runs through one skeleton, :meth:`ZeroSyncDQN._iterate`: the learning-start check and K
+(:meth:`ZeroSyncDQN._updates`), the phases in the mode's order, then the learner metrics, K and the
+weight sync; a mode is an :class:`IterationSteps` (its phase order and its sample / train parts).
 
 Remote env runners are restarted by Ray when their process dies (RLlib's fault tolerance: the
 failed runner's rollout is dropped from that iteration). An iteration that finds no healthy remote
@@ -31,7 +35,8 @@ from __future__ import annotations
 import contextlib
 import time
 import warnings
-from typing import Any, Optional, Union
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Union
 
 import ray
 import torch
@@ -52,7 +57,7 @@ from ray.rllib.utils.metrics import (
 )
 
 from rl_zerosync.learner.replay import REPLAY_COLUMNS
-from rl_zerosync.presets import API, check_positive_number
+from rl_zerosync.presets import ALGO_KEYS, API, MODEL_KEYS, check_model_value, check_positive_number
 
 NUM_UPDATES_PER_ITERATION = "num_updates_per_iteration"
 REPLAY_SHARDS = "zerosync_replay_shards"
@@ -76,7 +81,7 @@ class ZeroSyncDQNConfig(DQNConfig):
     """DQNConfig whose defaults are the zero-sync learner, the GPU env runner and the Q module,
     sized for a GPU: 1,024 envs x 32 steps per runner and iteration (no minimum sample count or
     time per iteration: one rollout per runner, then K updates). Its hyper-parameter defaults are
-    :data:`rl_zerosync.presets.API` (RLlib's DQN values); a settings file's are ``SETTINGS_FILE``.
+    :data:`rl_zerosync.presets.API` (RLlib's DQN values); a settings file's are ``FILE_DEFAULTS``.
 
     Extra settings: ``training(replay_ratio=...)``, trained transitions per sampled env step;
     ``fault_tolerance(env_runner_restart_timeout_s=...)``, seconds an iteration waits for a remote
@@ -88,20 +93,14 @@ class ZeroSyncDQNConfig(DQNConfig):
         from rl_zerosync.env_runner import GPUEnvRunner
 
         self.env_runner_cls = GPUEnvRunner
-        # The API preset under RLlib's names; the batch goes to train_batch_size, which RLlib splits
-        # over the learners unless train_batch_size_per_learner is set.
-        p = API
-        self.lr, self.gamma, self.n_step, self.tau = p.lr, p.gamma, p.n_step, p.tau
-        self.double_q, self.dueling, self.grad_clip = p.double_q, p.dueling, p.grad_clip
-        self.train_batch_size = p.batch_size
-        self.num_steps_sampled_before_learning_starts = p.learning_starts
-        self.target_network_update_freq = p.target_update_freq
-        self.epsilon = list(p.epsilon)
-        self.replay_ratio = p.replay_ratio
-        self.env_runner_restart_timeout_s = p.env_runner_restart_timeout_s
-        # Sized for a GPU runner: one iteration = one rollout of N envs x T steps per runner.
-        self.num_envs_per_env_runner = p.num_envs_per_runner
-        self.rollout_fragment_length = p.rollout_length
+        # The API preset under RLlib's names (ALGO_KEYS), sized for a GPU runner: one iteration = one
+        # rollout of N envs x T steps per runner. The batch goes to train_batch_size, which RLlib
+        # splits over the learners unless train_batch_size_per_learner is set.
+        for key, k in ALGO_KEYS.items():
+            if k.rllib is not None and hasattr(API, key):
+                name = "train_batch_size" if key == "batch_size" else k.rllib
+                setattr(self, name, list(API.epsilon) if key == "epsilon" else getattr(API, key))
+        self.dueling = API.dueling
         self.min_sample_timesteps_per_iteration = 0
         self.min_time_s_per_iteration = 0
         # The learners own the replay (on their device); RLlib's episode buffer stays tiny.
@@ -166,6 +165,10 @@ class ZeroSyncDQNConfig(DQNConfig):
         super().validate()
         check_positive_number("replay_ratio", self.replay_ratio)
         check_positive_number("env_runner_restart_timeout_s", self.env_runner_restart_timeout_s)
+        model_config = self.model_config
+        for key in MODEL_KEYS:  # the Q module's rules, here in the driver
+            if model_config.get(key) is not None:
+                check_model_value(key, model_config[key])
         from rl_zerosync.envs.registry import resolve_batched_env
 
         if _is_gpu_runner(self.env_runner_cls):
@@ -234,6 +237,45 @@ def updates_for(env_steps: int, replay_ratio: float, batch_size: int) -> int:
     ``batch_size`` is the global batch of one update (per-learner batch x number of learners).
     """
     return max(1, int(round(replay_ratio * env_steps / batch_size)))
+
+
+SAMPLE, ADD, TRAIN = "sample", "add", "train"
+"""The phases of an iteration that the modes reorder (``sync_weights`` always comes last)."""
+
+
+def _no_op(*_args) -> None:
+    """A step part a mode does not need."""
+
+
+@dataclass(frozen=True)
+class IterationSteps:
+    """What one mode of :meth:`ZeroSyncDQN.training_step` does in each part of the iteration that
+    :meth:`ZeroSyncDQN._iterate` runs.
+
+    Attributes:
+        order: The phases :data:`SAMPLE`, :data:`ADD` and :data:`TRAIN` in the order they run.
+        learn_from: ``runner metrics -> (env steps K follows, whether there is data to train on)``;
+            called with None before the phases when ``plan_first``, else at the ``train`` phase with
+            this iteration's runner metrics.
+        plan_first: K is planned before the phases (the updates overlap the sampling).
+        sample: ``K (None: not planned yet) -> (rollouts, runner metrics)``, the ``sample`` phase.
+        train: ``K -> learner results``, the ``train`` phase (only when K > 0).
+        start: Runs after K is planned, before the phases (e.g. launch asynchronous sampling).
+        added: ``runner metrics -> None``, right after the ``add`` phase.
+    """
+
+    order: tuple[str, ...]
+    learn_from: Callable[[Optional[list]], tuple[int, bool]]
+    plan_first: bool
+    sample: Callable[[Optional[int]], tuple[list, list]]
+    train: Callable[[int], list]
+    start: Callable[[], None] = _no_op
+    added: Callable[[list], None] = _no_op
+
+
+def _env_steps_sampled(runner_metrics: list) -> int:
+    """Env steps the runners sampled (their metrics of this iteration)."""
+    return sum(int(m.get(NUM_ENV_STEPS_SAMPLED, 0)) for m in runner_metrics)
 
 
 ROLLOUT_PUT_TIMER = "rollout_put_timer"
@@ -470,37 +512,73 @@ class ZeroSyncDQN(DQN):
 
     @override(DQN)
     def training_step(self) -> None:
+        """One iteration (module doc): this iteration's mode run through :meth:`_iterate`."""
+        self._iterate(self._iteration_steps())
+
+    def _iteration_steps(self) -> IterationSteps:
+        """This iteration's mode: overlapped in the driver process, overlapped with remote env
+        runners, or plain (sample, add, then train on the replay including the new rollouts)."""
         runner = self._same_process_runner()
         if runner is not None and runner.settings.overlap:
-            self._overlapped_training_step(runner, self.local_learner)
-            return
+            return self._overlapped_steps(runner, self.local_learner)
         if overlap_setting(self.config) and self.env_runner_group.num_remote_env_runners() > 0:
-            self._overlapped_remote_training_step()
-            return
+            return self._overlapped_remote_steps()
+        return self._plain_steps()
+
+    def _iterate(self, steps: IterationSteps) -> None:
+        """One training iteration, the skeleton of every mode: wait for a remote env runner when
+        none is healthy; plan K (before the phases when ``steps.plan_first``, else at the ``train``
+        phase); run the phases in ``steps.order``; then, only when this iteration trained, record
+        the learner results and K and sync the weights."""
         self._wait_for_env_runners()
-        with self._phase("sample", ENV_RUNNER_SAMPLING_TIMER):
-            rollouts, runner_metrics = self._sample()
-        self.metrics.aggregate(runner_metrics, key=ENV_RUNNER_RESULTS)
-
-        with self._phase("add", REPLAY_BUFFER_ADD_DATA_TIMER):
-            self._add_to_replay(rollouts)
-
-        sampled = sum(int(m.get(NUM_ENV_STEPS_SAMPLED, 0)) for m in runner_metrics)
-        lifetime = self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)
-        if lifetime < self.config.num_steps_sampled_before_learning_starts or sampled == 0:
-            return  # (sampled == 0: every runner failed this iteration; Ray restarts them)
-
-        learners = max(1, int(self.config.num_learners))
-        k = updates_for(sampled, self.config.replay_ratio, self.config.train_batch_size_per_learner * learners)
-        with self._phase("train", LEARNER_UPDATE_TIMER):
-            learner_results = self._train(k)
+        k = self._updates(*steps.learn_from(None)) if steps.plan_first else None
+        steps.start()
+        rollouts: list = []
+        runner_metrics: list = []
+        learner_results = None
+        for phase in steps.order:
+            if phase == SAMPLE:
+                with self._phase(SAMPLE, ENV_RUNNER_SAMPLING_TIMER):
+                    rollouts, runner_metrics = steps.sample(k)
+                self.metrics.aggregate(runner_metrics, key=ENV_RUNNER_RESULTS)
+            elif phase == ADD:
+                with self._phase(ADD, REPLAY_BUFFER_ADD_DATA_TIMER):
+                    self._add_to_replay(rollouts)
+                steps.added(runner_metrics)
+            else:
+                if k is None:
+                    k = self._updates(*steps.learn_from(runner_metrics))
+                if k:
+                    with self._phase(TRAIN, LEARNER_UPDATE_TIMER):
+                        learner_results = steps.train(k)
+        if learner_results is None:
+            return  # nothing trained (before learning starts, or no rollout to learn from)
         self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
         self.metrics.log_value(NUM_UPDATES_PER_ITERATION, k, window=1)
-
         with self._phase("sync_weights", SYNCH_WORKER_WEIGHTS_TIMER):
             self._sync_weights()
 
-    def _overlapped_training_step(self, runner, learner) -> None:
+    def _updates(self, env_steps: int, has_data: bool) -> int:
+        """K for ``env_steps`` new env steps (``replay_ratio`` over the batch of all learners), or 0
+        before ``num_steps_sampled_before_learning_starts`` env steps were sampled or without data."""
+        lifetime = self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)
+        if lifetime < self.config.num_steps_sampled_before_learning_starts or not has_data:
+            return 0
+        learners = max(1, int(self.config.num_learners))
+        return updates_for(env_steps, self.config.replay_ratio, self.config.train_batch_size_per_learner * learners)
+
+    def _plain_steps(self) -> IterationSteps:
+        """Without overlap: sample one rollout per runner -> add them -> K updates (K follows this
+        iteration's env steps; none when every runner failed this iteration, Ray restarts them) and
+        their readback -> sync weights."""
+        def learn_from(runner_metrics):
+            sampled = _env_steps_sampled(runner_metrics)
+            return sampled, sampled > 0
+
+        return IterationSteps(order=(SAMPLE, ADD, TRAIN), learn_from=learn_from, plan_first=False,
+                              sample=lambda _k: self._sample(), train=self._train)
+
+    def _overlapped_steps(self, runner, learner) -> IterationSteps:
         """``runner.overlap``: this iteration's rollout samples while its updates train.
 
         Launch the rollout (runner stream) -> enqueue K updates on the replay as it is (learner
@@ -509,29 +587,23 @@ class ZeroSyncDQN(DQN):
         ``train`` (what the updates still needed after the rollout, plus the readback),
         ``sync_weights``. Updates start once the replay holds ``learning_starts`` env steps.
         """
-        lifetime = self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)
-        learning = lifetime >= self.config.num_steps_sampled_before_learning_starts and learner.replay.size > 0
-        k = (updates_for(runner.num_envs * runner.num_steps, self.config.replay_ratio,
-                         self.config.train_batch_size_per_learner) if learning else 0)
-        with self._phase("sample", ENV_RUNNER_SAMPLING_TIMER):
+        def learn_from(_runner_metrics):
+            return runner.num_envs * runner.num_steps, learner.replay.size > 0
+
+        def sample(k):
             runner.start_device_sample()
             learner.train(k)  # enqueued only: it runs on the device beside the rollout
             rollout = runner.finish_device_sample()
-            runner_metrics = [runner.get_metrics()]
-        self.metrics.aggregate(runner_metrics, key=ENV_RUNNER_RESULTS)
-        with self._phase("add", REPLAY_BUFFER_ADD_DATA_TIMER):
-            self._add_to_replay([rollout])
-        if not learning:
-            return
-        with self._phase("train", LEARNER_UPDATE_TIMER):
-            learner.collect_metrics()  # the one readback of this iteration
-            learner_results = [learner.metrics.reduce()]
-        self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
-        self.metrics.log_value(NUM_UPDATES_PER_ITERATION, k, window=1)
-        with self._phase("sync_weights", SYNCH_WORKER_WEIGHTS_TIMER):
-            self._sync_weights()
+            return [rollout], [runner.get_metrics()]
 
-    def _overlapped_remote_training_step(self) -> None:
+        def read_back(_k):
+            learner.collect_metrics()  # the one readback of this iteration
+            return [learner.metrics.reduce()]
+
+        return IterationSteps(order=(SAMPLE, ADD, TRAIN), learn_from=learn_from, plan_first=True,
+                              sample=sample, train=read_back)
+
+    def _overlapped_remote_steps(self) -> IterationSteps:
         """``runner.overlap`` with remote env runners: they sample while the learners train.
 
         Launch one rollout per healthy remote runner (asynchronous Ray calls, tag
@@ -546,29 +618,22 @@ class ZeroSyncDQN(DQN):
         rollout is dropped (RLlib's fault tolerance), so after an iteration that sampled nothing the
         next one trains nothing.
         """
-        self._wait_for_env_runners()
         group = self.env_runner_group
-        last = self._overlap_last_sampled
-        lifetime = self.metrics.peek((ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)
-        learners = max(1, int(self.config.num_learners))
-        k = (updates_for(last, self.config.replay_ratio, self.config.train_batch_size_per_learner * learners)
-             if last > 0 and lifetime >= self.config.num_steps_sampled_before_learning_starts else 0)
-        group.foreach_env_runner_async(_sample_to_object_store, tag=SAMPLE_TAG)
-        learner_results = None
-        if k:
-            with self._phase("train", LEARNER_UPDATE_TIMER):
-                learner_results = self._train(k)
-        with self._phase("sample", ENV_RUNNER_SAMPLING_TIMER):
+
+        def learn_from(_runner_metrics):
+            last = self._overlap_last_sampled
+            return last, last > 0
+
+        def launch():
+            group.foreach_env_runner_async(_sample_to_object_store, tag=SAMPLE_TAG)
+
+        def collect(_k):
             ready = group.fetch_ready_async_reqs(tags=SAMPLE_TAG, timeout_seconds=self.config.sample_timeout_s)
-        ready.sort(key=lambda item: item[0])
-        rollouts, runner_metrics = [ref for _, (ref, _) in ready], [metrics for _, (_, metrics) in ready]
-        self.metrics.aggregate(runner_metrics, key=ENV_RUNNER_RESULTS)
-        with self._phase("add", REPLAY_BUFFER_ADD_DATA_TIMER):
-            self._add_to_replay(rollouts)
-        self._overlap_last_sampled = sum(int(m.get(NUM_ENV_STEPS_SAMPLED, 0)) for m in runner_metrics)
-        if learner_results is None:
-            return
-        self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
-        self.metrics.log_value(NUM_UPDATES_PER_ITERATION, k, window=1)
-        with self._phase("sync_weights", SYNCH_WORKER_WEIGHTS_TIMER):
-            self._sync_weights()
+            ready.sort(key=lambda item: item[0])
+            return [ref for _, (ref, _) in ready], [metrics for _, (_, metrics) in ready]
+
+        def added(runner_metrics):
+            self._overlap_last_sampled = _env_steps_sampled(runner_metrics)
+
+        return IterationSteps(order=(TRAIN, SAMPLE, ADD), learn_from=learn_from, plan_first=True,
+                              sample=collect, train=self._train, start=launch, added=added)

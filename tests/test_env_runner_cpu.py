@@ -55,7 +55,7 @@ def route_rule(spread, median_spread, vol, median_vol, wide=1.5, high_vol=1.5, l
 def test_sample_shapes_dtypes_and_transitions(mode):
     r = make_runner(mode)
     out = r.sample()
-    T, N, D = 16, 8, r.env_params.observation_dim
+    T, N, D = 16, 8, r.env.params.observation_dim
     expect = {
         "obs": ((T, N, D), torch.float32), "next_obs": ((T, N, D), torch.float32),
         "actions": ((T, N), torch.int64), "factored_actions": ((T, N), torch.int64),
@@ -80,7 +80,7 @@ def test_sample_shapes_dtypes_and_transitions(mode):
     assert bool(same[~done[:-1]].all())
     assert not bool(same[done[:-1]].any())
     # Episode progress feature: next_obs of a truncation is at progress 1.
-    k = r.env_params.window + 3
+    k = r.env.params.window + 3
     assert torch.allclose(out["next_obs"][..., k][out["truncateds"]], torch.tensor(1.0))
     assert bool(torch.isfinite(out["rewards"]).all())
     # The second rollout continues from the first's last obs.

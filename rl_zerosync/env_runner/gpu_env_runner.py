@@ -1,4 +1,4 @@
-"""``GPUEnvRunner``: an RLlib EnvRunner stepping N batched trading envs on its device.
+"""``GPUEnvRunner``: an RLlib EnvRunner stepping N batched envs on its device.
 
 Plug it in with::
 
@@ -29,6 +29,7 @@ from ray.rllib.callbacks.utils import make_callback
 from ray.rllib.core import COMPONENT_RL_MODULE, DEFAULT_AGENT_ID, DEFAULT_MODULE_ID
 from ray.rllib.core.rl_module.multi_rl_module import MultiRLModule
 from ray.rllib.env import INPUT_ENV_SPACES
+from ray.rllib.env.env_context import EnvContext
 from ray.rllib.env.env_runner import EnvRunner
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.utils import force_list
@@ -60,13 +61,9 @@ from rl_zerosync.env_runner.episodes import EpisodeBuilder
 from rl_zerosync.env_runner.rollout import EXPLORE, GREEDY, RANDOM, ROLLOUT_KEYS, ROUTING_KEYS, DeviceRollout
 from rl_zerosync.env_runner.runner_settings import RunnerSettings, action_mode_from_model_config
 from rl_zerosync.env_runner.weights import copy_weights_in_place
-from rl_zerosync.envs import BatchedTradingEnv, EnvParams
-from rl_zerosync.data import make_market
 from rl_zerosync.envs.batched import observation_space  # noqa: F401  (re-exported by env_runner)
 from rl_zerosync.envs.protocol import BatchedEnv
-from rl_zerosync.envs.registry import resolve_batched_env, spaces_of
-from rl_zerosync.data.data_settings import regenerate_every
-from rl_zerosync.data.fresh import FreshSeries
+from rl_zerosync.envs.registry import env_class_of, resolve_batched_env, spaces_of
 from rl_zerosync.kernels import get_kernels
 from rl_zerosync.presets import API
 
@@ -74,11 +71,6 @@ ROLLOUT_ENQUEUE_TIMER = "rollout_enqueue_timer"
 """Host seconds to enqueue the T steps (graph replay or eager launches); last rollout."""
 ROLLOUT_READBACK_TIMER = "rollout_readback_timer"
 """Host seconds from the enqueue to the host copy landing (device rollout + copy); last rollout."""
-
-TRADING_METRICS = "trading"
-"""Key under which the env's trading metrics (episode PnL, costs, turnover, action mix) are logged."""
-ENV_METRICS = "env_metrics"
-"""Key under which another batched env's ``summarize_metrics`` are logged."""
 
 
 MAX_EVAL_ROLLOUTS = 10_000
@@ -132,20 +124,28 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
     The env is ``config.env``: None or ``"rl_zerosync/Trading-v0"`` (the trading env), another
     registered batched env (e.g. ``"rl_zerosync/CartPole-v1"``) or a
     :class:`~rl_zerosync.envs.protocol.BatchedEnv` subclass; anything else is a ValueError naming it.
+    Every env is built by its registry factory, ``factory(EnvContext(env_config, worker_index),
+    num_envs, device, seed)``; what an env needs besides (e.g. the trading env's market data, fresh
+    series and routing thresholds) is its factory's and its class's business, reached through the
+    protocol's optional hooks (``metrics_key``, ``factored_actions``, ``route_thresholds``,
+    ``before_rollout``, ``close``).
 
     Configuration: ``config.env_config = {"data": ..., "env": ..., "runner": ...}`` (see
-    ``docs/ARCHITECTURE.md``; other envs get the whole ``env_config``),
-    ``config.model_config["action_mode"]`` ("routed" default for the trading env, "flat" for others,
-    "branching"), ``num_envs_per_env_runner`` = N, ``rollout_fragment_length`` = T.
+    ``docs/ARCHITECTURE.md``; every env's factory gets the whole ``env_config``),
+    ``config.model_config["action_mode"]`` ("routed" default for an env with ``factored_actions``,
+    the trading env; "flat" for others; "branching"), ``num_envs_per_env_runner`` = N,
+    ``rollout_fragment_length`` = T.
 
     The local runner (``worker_index == 0``) of a group that also has remote runners keeps its
     module on the CPU and builds no envs until ``sample()`` is called on it.
 
     Metrics (``get_metrics()``): RLlib's step/episode counters; ``episode_return_mean`` (sum of
     rewards), ``episode_len_mean`` and their min/max, logged once per rollout over the episodes
-    it completed; ``epsilon`` (last step); under ``"trading"`` the env's per-episode means
-    (``episode_pnl_mean``, ``episode_cost_<type>_mean``, ``episode_turnover_mean``, ...; see
-    ``rl_zerosync.envs.summarize_metrics``) and the rollout's action mix (``mix_*``).
+    it completed; ``epsilon`` (last step); under the env's ``metrics_key`` its ``summarize_metrics``
+    (the trading env, under ``"trading"``: per-episode means ``episode_pnl_mean``,
+    ``episode_cost_<type>_mean``, ``episode_turnover_mean``, ...; see
+    ``rl_zerosync.envs.summarize_metrics``, and the rollout's action mix ``mix_*``); whatever the
+    env's ``before_rollout`` returns (the trading env with fresh series: ``data_generation``).
 
     Callbacks: ``on_sample_end`` fires after every ``sample()`` with the batched rollout as
     ``samples`` (the columnar dict, or the episode chunks with ``runner.output="episodes"``). The
@@ -173,35 +173,27 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
         self.worker_index = int(kwargs.get("worker_index") or 0)
         env_config = self.config.env_config or {}
         self.settings = RunnerSettings.from_env_config(env_config)
-        self.env_params = EnvParams.from_dict(env_config.get("env"))
         self.num_envs = _positive_int("num_envs_per_env_runner", self.config.num_envs_per_env_runner)
         self.num_steps = _positive_int(
             "rollout_fragment_length", self.config.get_rollout_fragment_length(self.worker_index)
         )
         self._env_factory = resolve_batched_env(self.config.env)
-        self.is_trading = self._env_factory is BatchedTradingEnv
+        env_class = env_class_of(self._env_factory)
+        self.factored_actions = bool(env_class is not None and env_class.factored_actions)
         model_config = self.config.get_rl_module_spec(inference_only=True).model_config
-        self.action_mode = action_mode_from_model_config(model_config, trading=self.is_trading)
+        self.action_mode = action_mode_from_model_config(model_config, trading=self.factored_actions)
         self._lazy = self.worker_index == 0 and (self.config.num_env_runners or 0) > 0
         self.device = torch.device("cpu") if self._lazy else resolve_device(self.settings.device)
         base_seed = self.settings.seed if self.settings.seed is not None else (self.config.seed or 0)
         self.seed = int(base_seed) + self.worker_index
         self._observation_space, env_actions = spaces_of(self.config.env, env_config)
-        if self.is_trading:
-            self._action_space = gym.spaces.Discrete(NUM_EXPOSURES if self.action_mode == "routed" else NUM_ACTIONS)
-        elif self.action_mode != "flat":
-            raise ValueError(f"model_config action_mode {self.action_mode!r} needs the trading env's action layout; "
-                             f"config.env {self.config.env!r} takes action_mode 'flat'")
-        else:
-            self._action_space = env_actions
+        self._action_space = self._module_action_space(env_actions)
         self._weights_seq_no = 0
         self._rng_step = 0
         self._rollouts = 0
         self._pending: Optional[str] = None  # exploration mode of a launched, uncollected rollout
         self._launched_at = 0.0
         self._stream: Optional[torch.cuda.Stream] = None  # the overlap stream (runner.overlap on CUDA)
-        self._regenerate_every = 0
-        self._fresh: Optional[FreshSeries] = None
         self.env: Optional[BatchedEnv] = None
         self._rollout: Optional[DeviceRollout] = None
         self._episodes: Optional[EpisodeBuilder] = None
@@ -215,6 +207,16 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
             self.make_env()
 
     # --- construction -------------------------------------------------------------------------
+    def _module_action_space(self, env_actions: gym.spaces.Discrete) -> gym.spaces.Discrete:
+        """The Q module's action space: with ``factored_actions`` the exposures (routed) or all
+        factored actions (flat, branching); else the env's own, with action_mode flat only."""
+        if self.factored_actions:
+            return gym.spaces.Discrete(NUM_EXPOSURES if self.action_mode == "routed" else NUM_ACTIONS)
+        if self.action_mode != "flat":
+            raise ValueError(f"model_config action_mode {self.action_mode!r} needs the trading env's action layout; "
+                             f"config.env {self.config.env!r} takes action_mode 'flat'")
+        return env_actions
+
     @override(EnvRunner)
     def make_module(self) -> None:
         spec = self.config.get_rl_module_spec(spaces=self.get_spaces(), inference_only=True)
@@ -223,25 +225,10 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
 
     @override(EnvRunner)
     def make_env(self) -> None:
-        env_config = self.config.env_config or {}
-        if not self.is_trading:
-            self.env = self._env_factory(dict(env_config), self.num_envs, self.device, self.seed)
-            self._make_rollout()
-            return
-        data_cfg = env_config.get("data")
-        self._regenerate_every = regenerate_every(data_cfg)
-        if self._regenerate_every:
-            # Fresh series every N rollouts; validation/test stay the held-out series data.seed.
-            self._fresh = FreshSeries(data_cfg, self.seed, self.worker_index)
-            data = self._fresh.first()
-        else:
-            data = make_market(data_cfg, split=env_config.get("split", "train"))
-        offset = max(self.worker_index - 1, 0) * self.num_envs
-        # The run's seed reaches the env (episode assets and start bars, stochastic fills) unless
-        # the env section sets its own.
-        env_seed = None if "seed" in (env_config.get("env") or {}) else self.seed
-        self.env = BatchedTradingEnv(data, self.env_params, self.num_envs, self.device, seed=env_seed,
-                                     env_id_offset=offset, stagger=self.env_params.stagger_start)
+        """The N envs from ``config.env``'s registry factory (the trading env too), then the rollout."""
+        context = EnvContext(dict(self.config.env_config or {}), worker_index=self.worker_index,
+                             num_workers=int(self.config.num_env_runners or 0))
+        self.env = self._env_factory(context, self.num_envs, self.device, self.seed)
         self._make_rollout()
 
     def _make_rollout(self) -> None:
@@ -256,10 +243,8 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
             num_steps=self.num_steps,
             epsilon=s.epsilon if s.epsilon is not None else getattr(self.config, "epsilon", API.epsilon),
             seed=self.seed,
-            wide=s.wide,
-            high_vol=s.high_vol,
-            low_vol=s.low_vol,
             env_step_increment=self.num_envs * max(int(self.config.num_env_runners or 0), 1),
+            **self.env.route_thresholds(),
         )
         self._episodes = EpisodeBuilder(self.num_envs, self._observation_space, self._action_space)
 
@@ -386,10 +371,8 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
         ro = self._rollout
         self._launched_at = time.perf_counter()
         with self._on_runner_stream():
-            if self._fresh is not None and self._rollouts and self._rollouts % self._regenerate_every == 0:
-                # Running episodes carry on over the new series (same shapes, same bars indices).
-                generation = self._fresh.advance(self.env.data)
-                self.metrics.log_value("data_generation", generation, window=1)
+            for key, value in self.env.before_rollout(self._rollouts).items():
+                self.metrics.log_value(key, value, window=1)
             self._rollouts += 1
             with self.metrics.log_time(ROLLOUT_ENQUEUE_TIMER, reduce="mean", window=1):
                 ro.run(env_steps=self.num_env_steps_sampled_lifetime, rng_step=self._rng_step, mode=mode,
@@ -436,7 +419,7 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
 
     # --- metrics ------------------------------------------------------------------------------
     def _log_rollout_metrics(self, host: Dict[str, torch.Tensor]) -> None:
-        """Logs counts, episode stats, trading metrics and epsilon from the host copy."""
+        """Logs counts, episode stats, the env's metrics and epsilon from the host copy."""
         steps = self.num_envs * self.num_steps
         stats = EpisodeStatsTracker.to_dict(host["stats"])
         done = int(stats["count"])
@@ -463,7 +446,7 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
         if not self._rollout.has_env_metrics:
             return
         named = self.env.summarize_metrics(host["env_metrics"].tolist())  # host read: pinned host copy
-        group = TRADING_METRICS if self.is_trading else ENV_METRICS
+        group = self.env.metrics_key
         for key, value in named.items():
             if key.startswith("episode_") and done == 0:
                 continue
@@ -552,8 +535,7 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
 
     @override(EnvRunner)
     def stop(self) -> None:
+        if self.env is not None:
+            self.env.close()
         self._rollout = None
         self.env = None
-        if self._fresh is not None:
-            self._fresh.close()
-            self._fresh = None

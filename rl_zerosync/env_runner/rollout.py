@@ -28,6 +28,7 @@ from rl_zerosync.env_runner.epsilon import DeviceEpsilonSchedule
 from rl_zerosync.env_runner.packed import Column, PackedColumns
 from rl_zerosync.envs.protocol import BatchedEnv
 from rl_zerosync.kernels import AsyncReadback, Kernels
+from rl_zerosync.kernels.route import HIGH_VOL, LOW_VOL, WIDE
 
 ROLLOUT_KEYS = (
     "obs", "next_obs", "actions", "factored_actions", "rewards", "terminateds", "truncateds",
@@ -54,7 +55,7 @@ class DeviceRollout:
         num_steps: T, steps per rollout.
         epsilon: Epsilon schedule (float or [(step, value), ...]) over global env steps.
         seed: Seed of the action RNG.
-        wide, high_vol, low_vol: Routing thresholds.
+        wide, high_vol, low_vol: Routing thresholds (default: the route kernel's).
         env_step_increment: Advance of the global env-step count (epsilon's t) per env step;
             default N (``num_envs x num_env_runners`` mirrors ``SingleAgentEnvRunner``).
     """
@@ -69,9 +70,9 @@ class DeviceRollout:
         num_steps: int,
         epsilon: Union[float, Sequence[Sequence[Union[int, float]]]],
         seed: int,
-        wide: float,
-        high_vol: float,
-        low_vol: float,
+        wide: float = WIDE,
+        high_vol: float = HIGH_VOL,
+        low_vol: float = LOW_VOL,
         env_step_increment: Optional[int] = None,
     ) -> None:
         if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:

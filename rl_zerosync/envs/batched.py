@@ -1,5 +1,6 @@
 """``BatchedTradingEnv``: a thin stateful shell around the pure functions of :mod:`.core`; the
-trading implementation of :class:`~rl_zerosync.envs.protocol.BatchedEnv`."""
+trading implementation of :class:`~rl_zerosync.envs.protocol.BatchedEnv`, built by the registry
+from ``env_config`` with :meth:`BatchedTradingEnv.from_env_config`."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -13,7 +14,10 @@ from rl_zerosync.actions import NUM_ACTIONS
 from rl_zerosync.kernels.rng import STREAM_USER_BASE, bits24
 from rl_zerosync.envs.core import EnvState, EnvTables, env_step, init_state, make_tables, observe, route_inputs
 from rl_zerosync.envs.episode_stats import EP_INDEX, METRICS_SIZE, metrics_names
+from rl_zerosync.data.data_settings import make_market, regenerate_every
+from rl_zerosync.data.fresh import FreshSeries
 from rl_zerosync.data.market import FeatureConfig, MarketData
+from rl_zerosync.envs.gym_twin import ROUTING_THRESHOLDS
 from rl_zerosync.envs.params import EnvParams
 from rl_zerosync.envs.protocol import BatchedEnv
 
@@ -46,10 +50,19 @@ class BatchedTradingEnv(BatchedEnv):
     ``stagger=True`` (the GPU env runner passes ``env.stagger_start``) starts each env's first
     episode at a random step counter, so episodes do not all end together.
 
+    ``routing``: the routing thresholds (``wide``, ``high_vol``, ``low_vol``; absent ones take the
+    route kernel's defaults) that :meth:`route_thresholds` gives the GPU env runner. ``fresh``: the
+    generations of training series (``data.regenerate_every`` of ``fresh.cfg``) that
+    :meth:`before_rollout` swaps into ``data`` in place; :meth:`close` stops its prefetch process.
+
     As a :class:`BatchedEnv` its action space is the factored ``Discrete(45)``
-    (:mod:`rl_zerosync.actions`); the GPU env runner builds it from ``env_config`` itself (market
-    data, splits, fresh series), so it is not constructed through the registry's factory signature.
+    (:mod:`rl_zerosync.actions`, ``factored_actions``) and its metrics are logged under
+    ``"trading"``. The registry's factory (``factory(env_config, num_envs, device, seed)``) is
+    :meth:`from_env_config`, which builds the market data (split, fresh series) from ``env_config``.
     """
+
+    metrics_key = "trading"
+    factored_actions = True
 
     def __init__(
         self,
@@ -61,6 +74,8 @@ class BatchedTradingEnv(BatchedEnv):
         *,
         env_id_offset: int = 0,
         stagger: bool = False,
+        routing: Mapping[str, float] | None = None,
+        fresh: FreshSeries | None = None,
     ) -> None:
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
             raise ValueError(f"BatchedTradingEnv.num_envs: expected an int >= 1, got {num_envs!r}")
@@ -82,6 +97,37 @@ class BatchedTradingEnv(BatchedEnv):
         self._update_route_inputs()
         self.observation_space = observation_space(params, self.data.features)
         self.action_space = gym.spaces.Discrete(NUM_ACTIONS)
+        self.routing = dict(routing or {})
+        self._fresh = fresh
+        self._regenerate_every = regenerate_every(fresh.cfg) if fresh is not None else 0
+
+    @classmethod
+    def from_env_config(cls, env_config: Mapping[str, Any], num_envs: int, device: torch.device | str,
+                        seed: int) -> "BatchedTradingEnv":
+        """The registry's factory: N trading envs of ``env_config`` (``data``, ``env``, ``split``,
+        ``runner``'s routing thresholds) for the env runner ``env_config.worker_index`` (an RLlib
+        ``EnvContext``; 0 for a plain mapping).
+
+        Market data: ``make_market(data, split)`` (default split ``"train"``), or with
+        ``data.regenerate_every`` the first fresh series of this runner (validation and test stay
+        the held-out series ``data.seed``). Env ids start at ``(worker_index - 1) * num_envs`` (remote
+        runners 1, 2, ... take distinct ids; the local runner shares runner 1's). ``seed`` (the
+        runner's) reaches the env (episode assets and start bars, stochastic fills) unless the
+        ``env`` section sets its own."""
+        worker_index = int(getattr(env_config, "worker_index", 0) or 0)
+        data_cfg = env_config.get("data")
+        fresh = None
+        if regenerate_every(data_cfg):
+            fresh = FreshSeries(data_cfg, seed, worker_index)
+            data = fresh.first()
+        else:
+            data = make_market(data_cfg, split=env_config.get("split", "train"))
+        env_cfg = env_config.get("env")
+        params = EnvParams.from_dict(env_cfg)
+        runner_cfg = env_config.get("runner") or {}
+        return cls(data, params, num_envs, device, seed=None if "seed" in (env_cfg or {}) else seed,
+                   env_id_offset=max(worker_index - 1, 0) * num_envs, stagger=params.stagger_start,
+                   routing={k: float(v) for k, v in runner_cfg.items() if k in ROUTING_THRESHOLDS}, fresh=fresh)
 
     @property
     def observation_dim(self) -> int:
@@ -125,6 +171,23 @@ class BatchedTradingEnv(BatchedEnv):
 
     def route_inputs(self) -> tuple[torch.Tensor, ...]:
         return self.spread, self.median_spread, self.vol, self.median_vol
+
+    def route_thresholds(self) -> dict[str, float]:
+        return dict(self.routing)
+
+    def before_rollout(self, index: int) -> dict[str, float]:
+        """With fresh series: every ``data.regenerate_every`` rollouts the next generation is copied
+        into ``data`` in place (running episodes carry on over it: same shapes, same bar indices);
+        returns ``{"data_generation": n}`` then, else ``{}``."""
+        if self._fresh is None or not index or index % self._regenerate_every:
+            return {}
+        return {"data_generation": self._fresh.advance(self.data)}
+
+    def close(self) -> None:
+        """Stop the fresh series' prefetch process (if any)."""
+        if self._fresh is not None:
+            self._fresh.close()
+            self._fresh = None
 
     def summarize_metrics(self, values: list) -> dict[str, float]:
         from rl_zerosync.envs.episode_stats import summarize_metrics

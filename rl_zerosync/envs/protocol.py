@@ -16,6 +16,11 @@ with :class:`~rl_zerosync.algorithm.ZeroSyncDQN` (``GPUEnvRunner``)::
     register_batched_env("my/Env-v0", MyEnv)        # or pass the class itself
     config = ZeroSyncDQNConfig().environment("my/Env-v0", env_config={...})
 
+The GPU env runner builds every env through its factory, with ``env_config`` as an RLlib
+``EnvContext``: the run's ``env_config`` mapping, plus ``worker_index`` (0: the local runner, 1, 2,
+...: remote runners) and ``num_workers`` attributes; ``seed`` is the runner's seed (run seed +
+worker index).
+
 Contract of ``step``: ``obs`` is the observation after auto-reset (what the next step acts on),
 ``final_obs`` the observation each transition ended in (equal to ``obs`` except where an episode
 ended this step), both ``float32 [N, D]``; nothing in ``reset``/``step`` may read device memory on
@@ -27,14 +32,20 @@ Optional parts (defaults in the base class):
 
 * episode metrics: ``metrics_vector()`` (a float64 device vector accumulated since
   ``reset_metrics()``) and ``summarize_metrics(values)`` (host list -> ``{name: float}``), logged
-  under ``"env_metrics"`` (the trading env: ``"trading"``) once per rollout;
+  under ``metrics_key`` (``"env_metrics"``; the trading env: ``"trading"``) once per rollout;
 * routing inputs for ``action_mode: routed`` (trading envs only): ``route_inputs()`` ->
-  ``(spread, median_spread, vol, median_vol)`` f32[N];
+  ``(spread, median_spread, vol, median_vol)`` f32[N], and ``route_thresholds()`` -> the routing
+  rule's ``wide`` / ``high_vol`` / ``low_vol`` (absent ones: the route kernel's defaults);
+* between rollouts: ``before_rollout(index)``, called before the runner launches rollout
+  ``index`` (0, 1, ...), outside any captured graph and on the stream the rollout runs on (e.g.
+  new data copied into the env's tensors in place; shapes and addresses must not change); returns
+  ``{name: value}`` the runner logs (window 1); ``close()`` when the runner stops;
 * ``spaces_for(env_config)``: a classmethod giving the spaces without building the envs (default:
   a 1-env instance on the CPU).
 
 ``action_mode: flat`` (Q over ``Discrete(n)``, any ``n >= 2``) works with every batched env;
-``routed`` and ``branching`` need the trading env's action layout (``rl_zerosync.actions``).
+``routed`` and ``branching`` need the trading env's action layout (``rl_zerosync.actions``), which a
+class declares with ``factored_actions = True`` (then ``routed`` is its default action mode).
 """
 from __future__ import annotations
 
@@ -55,6 +66,11 @@ class BatchedEnv(abc.ABC):
     device: torch.device
     observation_space: gym.spaces.Box
     action_space: gym.spaces.Discrete
+    metrics_key: str = "env_metrics"
+    """Key under which the runner logs ``summarize_metrics``."""
+    factored_actions: bool = False
+    """The actions are the factored ``Discrete(45)`` of :mod:`rl_zerosync.actions` (exposure x order
+    type x urgency): ``action_mode`` routed (the default then) and branching need it."""
 
     @abc.abstractmethod
     def reset(self, seed: Optional[int] = None) -> torch.Tensor:
@@ -86,3 +102,16 @@ class BatchedEnv(abc.ABC):
     def route_inputs(self) -> Optional[tuple[torch.Tensor, ...]]:
         """``(spread, median_spread, vol, median_vol)`` f32[N] at each env's current step, or None."""
         return None
+
+    def route_thresholds(self) -> dict[str, float]:
+        """The routing rule's ``wide`` / ``high_vol`` / ``low_vol`` for ``route_inputs`` (absent
+        ones: the route kernel's defaults)."""
+        return {}
+
+    def before_rollout(self, index: int) -> dict[str, float]:
+        """Called before rollout ``index`` is launched (outside any captured graph); returns
+        metrics for the runner to log."""
+        return {}
+
+    def close(self) -> None:
+        """Release what the envs hold besides their tensors (e.g. a helper process)."""

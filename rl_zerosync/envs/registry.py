@@ -5,11 +5,11 @@
 runner builds every env through it, the trading env included), and :func:`spaces_of` gives one
 env's spaces without building the built-ins. The built-ins: ``"rl_zerosync/Trading-v0"`` (the trading
 env, also the default when ``config.env`` is None, and the importable gymnasium id the YAML settings
-use) and ``"rl_zerosync/CartPole-v1"``.
+use; its factory is :meth:`BatchedTradingEnv.from_env_config`) and ``"rl_zerosync/CartPole-v1"``.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Union
+from typing import Any, Mapping, Optional, Union
 
 import gymnasium as gym
 import torch
@@ -24,8 +24,8 @@ TRADING_ENV_ID = "rl_zerosync/Trading-v0"
 CARTPOLE_ENV_ID = "rl_zerosync/CartPole-v1"
 
 _REGISTRY: dict[str, EnvFactory] = {
-    TRADING_ENV_ID: BatchedTradingEnv,
-    ENV_ID_IMPORTABLE: BatchedTradingEnv,  # the id the YAML settings use
+    TRADING_ENV_ID: BatchedTradingEnv.from_env_config,
+    ENV_ID_IMPORTABLE: BatchedTradingEnv.from_env_config,  # the id the YAML settings use
     CARTPOLE_ENV_ID: BatchedCartPole,
 }
 
@@ -64,11 +64,19 @@ def resolve_batched_env(env: Union[None, str, type]) -> EnvFactory:
         "envs use stock RLlib DQN")
 
 
+def env_class_of(factory: EnvFactory) -> Optional[type]:
+    """The :class:`BatchedEnv` subclass a factory builds, when known without building it: the
+    factory itself, or the class of a classmethod factory (the trading env's); else None."""
+    owner = factory if isinstance(factory, type) else getattr(factory, "__self__", None)
+    return owner if isinstance(owner, type) and issubclass(owner, BatchedEnv) else None
+
+
 def spaces_of(env: Union[None, str, type], env_config: Mapping[str, Any]) -> tuple[gym.spaces.Box, gym.spaces.Discrete]:
     """One env's (observation, action) spaces for ``config.env`` (no envs built for the built-ins)."""
     factory = resolve_batched_env(env)
-    if isinstance(factory, type) and issubclass(factory, BatchedEnv):
-        obs_space, act_space = factory.spaces_for(env_config)
+    env_class = env_class_of(factory)
+    if env_class is not None:
+        obs_space, act_space = env_class.spaces_for(env_config)
     else:
         probe = factory(env_config, 1, torch.device("cpu"), 0)
         obs_space, act_space = probe.observation_space, probe.action_space

@@ -22,9 +22,10 @@ test). Writes to the output directory:
 * ``portfolio_<segment>.csv`` (and ``.parquet``): the equal-weight portfolio of the assets (the mean
   of their net returns each bar) and its buy-and-hold benchmark
   (:func:`rl_zerosync.evaluation.backtest.portfolio_table`).
-* ``report.png``: one column per segment (validation, test), dates on the x axis when the data has
-  timestamps: equity per asset, the equal-weight portfolio and its buy-and-hold benchmark (and the
-  tuned rules' portfolios); positions; drawdowns; below, the exposure and routing mix.
+* ``report.png`` (:mod:`rl_zerosync.evaluation.report_plot`): one column per segment (validation,
+  test), dates on the x axis when the data has timestamps: equity per asset, the equal-weight
+  portfolio and its buy-and-hold benchmark (and the tuned rules' portfolios); positions; drawdowns;
+  below, the exposure and routing mix.
 
 The summary line (test segment, or ``all`` for ``--data``) reports the Sharpe beside flat,
 buy-and-hold and the best rule, and the equity return in percent (mean over assets and, with
@@ -51,14 +52,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
 import yaml
 
-from rl_zerosync.actions import NUM_EXPOSURES
 
 MODULE_PATH = Path("learner_group") / "learner" / "rl_module" / "default_policy"
 
@@ -214,139 +215,40 @@ def write_series(results: dict, out_dir: Path) -> tuple[dict[str, dict[str, str]
     return outputs, portfolios
 
 
-def _x(stamps, bars):
-    """x values of a curve: dates when the data has timestamps, else bar indices."""
-    if stamps is None:
-        return np.asarray(bars)
-    import pandas as pd
-
-    return pd.to_datetime(np.asarray(stamps))
-
-
-def _drawdown(eq: np.ndarray) -> np.ndarray:
-    eq = np.asarray(eq, dtype=np.float64)
-    peak = np.maximum.accumulate(eq)
-    return 1.0 - eq / np.where(peak > 0, peak, 1.0)
-
-
-def _plot(results: dict, portfolios: dict, path: Path) -> None:
-    """The report figure (see the module doc): one column per segment."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.dates as mdates
-    import matplotlib.pyplot as plt
-
-    segments = list(results)
-    ncol = len(segments)
-    fig = plt.figure(figsize=(7.5 * max(ncol, 2), 13))
-    grid = fig.add_gridspec(4, 2, height_ratios=[3.0, 1.3, 1.3, 1.7])
-    palette = plt.get_cmap("tab10")
-    styles = {"momentum": ":", "mean_reversion": "-."}
-    for c, segment in enumerate(segments):
-        res, port = results[segment], portfolios[segment]
-        col = slice(None) if ncol == 1 else c
-        ax_eq = fig.add_subplot(grid[0, col])
-        ax_pos = fig.add_subplot(grid[1, col], sharex=ax_eq)
-        ax_dd = fig.add_subplot(grid[2, col], sharex=ax_eq)
-        dated = all(t is not None for t in res.timestamps)
-        many = len(res.assets) > 1
-        few = many and len(res.assets) <= 8  # per-asset lines (one asset: the portfolio is the asset)
-        for a, name in enumerate(res.assets if many else []):
-            x = _x(res.timestamps[a], res.bars[a])
-            color = palette((a + 1) % 10)
-            ax_eq.plot(x, res.equity[a], lw=0.8, alpha=0.7, color=color, label=f"agent {name}" if few else None)
-            pos = np.concatenate(([0.0], res.records[a]["position"]))
-            if few:
-                ax_pos.step(x, pos, where="pre", lw=0.7, alpha=0.6, color=color, label=name)
-                ax_dd.plot(x, _drawdown(res.equity[a]), lw=0.6, alpha=0.5, color=color)
-        if "timestamp" in port:
-            px = _x(port["timestamp"].to_numpy(), None)
-        else:  # undated: steps from the first tradable bar, on the bars of the longest asset
-            longest = int(np.argmax([len(b) for b in res.bars]))
-            px = np.asarray(res.bars[longest][0] + port["step"].to_numpy())
-        label = "agent equal-weight portfolio" if many else f"agent {res.assets[0]}"
-        ax_eq.plot(px, port["equity"], lw=2.0, color="tab:blue", label=label)
-        if np.isfinite(port["benchmark_equity"]).all():
-            ax_eq.plot(px, port["benchmark_equity"], lw=1.8, ls="--", color="k",
-                       label="buy & hold" + (" equal-weight portfolio" if many else ""))
-            ax_dd.plot(px, _drawdown(port["benchmark_equity"].to_numpy()), lw=1.2, ls="--", color="k",
-                       label="buy & hold")
-        for rule, nets in res.baseline_net.items():
-            if rule == "buy_and_hold":
-                continue
-            curve = _rule_portfolio(res, nets)
-            if curve is not None:
-                name = res.baselines.get(rule, {}).get("variant", rule)
-                ax_eq.plot(px, curve, lw=1.0, ls=styles.get(rule, ":"), color="0.45", label=name)
-        ax_eq.axhline(1.0, color="0.7", lw=0.6)
-        m = res.metrics["mean"]
-        ax_eq.set_title(f"{segment}: equity (Sharpe {m['sharpe']:+.2f}, equity return "
-                        f"{100 * m['total_return']:+.2f}%{' mean of assets' if many else ''})", fontsize=10)
-        ax_eq.legend(fontsize=7, ncol=2, loc="best")
-        ax_pos.step(px, port["position"], where="pre", lw=1.6, color="tab:blue",
-                    label="portfolio (mean)" if many else None)
-        ax_pos.set_ylim(-1.1, 1.1)
-        ax_pos.axhline(0.0, color="0.7", lw=0.6)
-        ax_pos.set_title("position (exposure held over each bar)", fontsize=9)
-        if few:
-            ax_pos.legend(fontsize=7, ncol=4, loc="upper left")
-        ax_dd.fill_between(px, 0.0, _drawdown(port["equity"].to_numpy()), color="tab:blue", alpha=0.3,
-                           label="agent" + (" portfolio" if many else ""))
-        ax_dd.invert_yaxis()
-        ax_dd.set_title("drawdown", fontsize=9)
-        ax_dd.legend(fontsize=7, loc="lower left")
-        for ax in (ax_eq, ax_pos):
-            ax.tick_params(labelbottom=False)
-        if dated:
-            locator = mdates.AutoDateLocator()
-            ax_dd.xaxis.set_major_locator(locator)
-            ax_dd.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
-        else:
-            ax_dd.set_xlabel("bar")
-    ax_exp = fig.add_subplot(grid[3, 0])
-    ax_route = fig.add_subplot(grid[3, 1])
-    width = 0.8 / ncol
-    for c, segment in enumerate(segments):
-        counts = results[segment].action_counts
-        total = max(counts.sum(), 1.0)
-        exposure = [counts[e * 9:(e + 1) * 9].sum() / total for e in range(NUM_EXPOSURES)]
-        ax_exp.bar(np.arange(NUM_EXPOSURES) + (c - (ncol - 1) / 2) * width, exposure, width, label=segment)
-        labels, values = [], []
-        for o, oname in enumerate(("MKT", "LMT", "PAS")):
-            for u, uname in enumerate(("low", "norm", "high")):
-                labels.append(f"{oname}\n{uname}")
-                values.append(sum(counts[e * 9 + o * 3 + u] for e in range(NUM_EXPOSURES)) / total)
-        ax_route.bar(np.arange(len(values)) + (c - (ncol - 1) / 2) * width, values, width, label=segment)
-    ax_exp.set_xticks(np.arange(NUM_EXPOSURES), ["-1", "-0.5", "0", "+0.5", "+1"])
-    ax_exp.set_title("exposure mix", fontsize=9)
-    ax_route.set_xticks(np.arange(len(labels)), labels, fontsize=7)
-    ax_route.set_title("routing mix (order type x urgency)", fontsize=9)
-    if ncol > 1:
-        ax_exp.legend(fontsize=7)
-        ax_route.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
-def _rule_portfolio(res, nets: list[np.ndarray]) -> np.ndarray | None:
-    """Equity of the equal-weight portfolio of a rule's per-asset net returns (the bars of
-    :func:`~rl_zerosync.evaluation.backtest.portfolio_table`)."""
-    from dataclasses import replace
-
-    from rl_zerosync.evaluation.backtest import portfolio_table
-
-    as_bench = replace(res, baseline_net={"buy_and_hold": nets})
-    return portfolio_table(as_bench)["benchmark_equity"].to_numpy()
-
-
 def _json_value(value: Any) -> Any:
     """numpy numbers as floats; anything else not JSON-able (a date in a data setting) as text."""
     try:
         return float(value)
     except (TypeError, ValueError):
         return str(value)
+
+
+@dataclass
+class _Evaluation:
+    """One evaluation's inputs, loaded once: the checkpoint, its settings and greedy policy, the
+    evaluated data and where the outputs go."""
+
+    ckpt: Path
+    settings: dict
+    run_state: dict
+    data_file: str | None
+    overrides: list[str] | None
+    data_cfg: dict
+    segments: list[str]
+    device: torch.device
+    mode: str
+    params: Any
+    routing: dict[str, float]
+    policy: Callable[[torch.Tensor], torch.Tensor]
+    out_dir: Path
+
+    def walk(self, market, **kwargs):
+        """The greedy policy over ``market`` (and, unless ``baselines=False``, the rules)."""
+        from rl_zerosync.evaluation.backtest import evaluate_policy
+
+        return evaluate_policy(self.policy, market, self.params, device=self.device,
+                               route_exposure=(self.mode == "routed"), routing=self.routing,
+                               graph_key="agent", **kwargs)
 
 
 def evaluate_checkpoint(checkpoint: str | Path, data: str | None = None,
@@ -359,11 +261,33 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | None = None,
     The rules' variants are chosen on the validation segment and frozen for the test segment
     (with ``data``: chosen on that file, in sample, and marked so). ``overrides``: ``--set
     data.KEY=VALUE`` items for the evaluated data (any other section: ``SettingsError``)."""
-    from rl_zerosync.rundir.checkpoints import SETTINGS_FILE, read_run_state, verified_checkpoint, warn
+    from rl_zerosync.evaluation.report_plot import plot_report
+
+    ev = _load(checkpoint, data, out_dir, which, device, overrides)
+    report = _report_head(ev)
+    results = _walk_segments(ev, report["segments"])
+    outputs, portfolios = write_series(results, ev.out_dir)
+    _score_portfolios(results, portfolios, report["segments"])
+    train, train_market = _walk_training_data(ev)
+    if train is not None:
+        report["segments"]["train"] = train.summary()
+    report["overlap"], report["warnings"] = _check_overlap(ev, results, train_market)
+    png = ev.out_dir / "report.png"
+    plot_report(results, portfolios, png)
+    report["outputs"] = {"metrics_json": str(ev.out_dir / "metrics.json"), "report_png": str(png), **outputs}
+    report["summary"] = _summary(ev, results, report, train)
+    report["summary_line"] = _summary_line(ev, results[ev.segments[-1]], report, png)
+    _write_report(report, ev.out_dir)
+    return report
+
+
+def _load(checkpoint: str | Path, data: str | None, out_dir: str | Path | None, which: str,
+          device: str | None, overrides: list[str] | None) -> _Evaluation:
+    """Check the overrides and the checkpoint, read its settings, load its module (on ``device``)
+    and make the output directory; every bad input fails here, before any walk."""
+    from rl_zerosync.rundir.checkpoints import SETTINGS_FILE, read_run_state, verified_checkpoint
     from rl_zerosync.envs import EnvParams
-    from rl_zerosync.data import make_market
     from rl_zerosync.data.data_settings import check_data_keys
-    from rl_zerosync.evaluation.backtest import best_rule, evaluate_policy, portfolio_metrics
     from rl_zerosync.evaluation.validation import routing_thresholds
 
     data_overrides({}, overrides)  # a bad key fails before anything is loaded
@@ -373,109 +297,146 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | None = None,
     check_data_keys(data_cfg)  # an unknown data key (e.g. a mistyped --set) before the module loads
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     module = load_module(ckpt).to(dev)
-    mode = settings["model"]["action_mode"]
-    params = EnvParams.from_dict(settings.get("env"))
-    routing = routing_thresholds(settings.get("runner"))
-    policy = greedy_policy(module)
-    out_dir = Path(out_dir) if out_dir else ckpt.parent / "evaluation"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    run_state = read_run_state(ckpt)
-    report = {"checkpoint": str(ckpt), "checkpoint_iteration": run_state.get("iteration"),
-              "selected_by": run_state.get("best"), "action_mode": mode, "segments": {},
-              "rule_choice_source": "validation" if data is None else "in_sample",
-              "data": data_cfg, "overrides": list(overrides or [])}
+    out = Path(out_dir) if out_dir else ckpt.parent / "evaluation"
+    out.mkdir(parents=True, exist_ok=True)
+    return _Evaluation(
+        ckpt=ckpt, settings=settings, run_state=read_run_state(ckpt), data_file=data, overrides=overrides,
+        data_cfg=data_cfg, segments=segments, device=dev, mode=settings["model"]["action_mode"],
+        params=EnvParams.from_dict(settings.get("env")), routing=routing_thresholds(settings.get("runner")),
+        policy=greedy_policy(module), out_dir=out)
+
+
+def _report_head(ev: _Evaluation) -> dict[str, Any]:
+    """The report's first keys: which checkpoint, how it acts, the data evaluated (segments filled
+    by the walks)."""
+    return {"checkpoint": str(ev.ckpt), "checkpoint_iteration": ev.run_state.get("iteration"),
+            "selected_by": ev.run_state.get("best"), "action_mode": ev.mode, "segments": {},
+            "rule_choice_source": "validation" if ev.data_file is None else "in_sample",
+            "data": ev.data_cfg, "overrides": list(ev.overrides or [])}
+
+
+def _walk_segments(ev: _Evaluation, reports: dict) -> dict:
+    """Walk every evaluated segment in order (the rules' variants chosen on the first, frozen for
+    the next); returns segment -> result and fills ``reports`` (segment -> summary)."""
+    from rl_zerosync.data import make_market
+
     results, choice = {}, None
-    for segment in segments:
-        market = make_market(data_cfg, segment)
-        res = evaluate_policy(policy, market, params, device=dev, route_exposure=(mode == "routed"),
-                              routing=routing, rule_choice=choice, graph_key="agent")
+    for segment in ev.segments:
+        market = make_market(ev.data_cfg, segment)
+        res = ev.walk(market, rule_choice=choice)
         choice = res.rule_choice  # chosen on validation, frozen for test
         results[segment] = res
-        report["segments"][segment] = res.summary()
-        report["segments"][segment]["periods_per_year"] = float(market.periods_per_year)
+        reports[segment] = res.summary()
+        reports[segment]["periods_per_year"] = float(market.periods_per_year)
         if getattr(market, "source_info", None):
-            report["segments"][segment]["data_info"] = dict(market.source_info)
-    outputs, portfolios = write_series(results, out_dir)
+            reports[segment]["data_info"] = dict(market.source_info)
+    return results
+
+
+def _score_portfolios(results: dict, portfolios: dict, reports: dict) -> None:
+    """Each segment's equal-weight portfolio metrics into its report."""
+    from rl_zerosync.evaluation.backtest import portfolio_metrics
+
     for segment, res in results.items():
-        report["segments"][segment]["portfolio"] = portfolio_metrics(portfolios[segment], res.periods_per_year)
-    last = results[segments[-1]]
-    train_sharpe, train_market = None, None
-    if data is None:
-        # The greedy policy on the data it trained on (the overfitting gap), no rules.
-        train_market = _training_market({**settings, "data": data_cfg})
-        train = evaluate_policy(policy, train_market, params, device=dev, route_exposure=(mode == "routed"),
-                                routing=routing, baselines=False, graph_key="agent")
-        report["segments"]["train"] = train.summary()
-        train_sharpe = train.metrics["mean"]["sharpe"]
+        reports[segment]["portfolio"] = portfolio_metrics(portfolios[segment], res.periods_per_year)
+
+
+def _walk_training_data(ev: _Evaluation) -> tuple[Any, Any]:
+    """Without ``--data``: the greedy policy on the data it trained on (the overfitting gap, no
+    rules), as (result, training market); with ``--data``: (None, None)."""
+    if ev.data_file is not None:
+        return None, None
+    train_market = _training_market({**ev.settings, "data": ev.data_cfg})
+    return ev.walk(train_market, baselines=False), train_market
+
+
+def _check_overlap(ev: _Evaluation, results: dict, train_market) -> tuple[dict[str, Any], list[str]]:
+    """The training-period overlap check (module doc): (``overlap`` of the report, its warnings,
+    each also written to stderr)."""
+    from rl_zerosync.rundir.checkpoints import warn
+
     warnings: list[str] = []
     try:
-        same = data is None and not overrides  # the train segment above is the run's own
+        same = ev.data_file is None and not ev.overrides  # the train segment walked is the run's own
         overlap, warning = training_overlap(
-            list(results.values()), _train_segment_market(settings, train_market if same else None))
+            list(results.values()), _train_segment_market(ev.settings, train_market if same else None))
     except (OSError, ValueError) as err:  # the run's training files moved or changed
         overlap = {"checked": False, "reason": f"the run's training data could not be rebuilt: {err}"}
         warning = f"could not check the overlap with the run's training period: {err}"
     if warning is not None:
         warnings.append(warning)
-    report["overlap"] = overlap
-    report["warnings"] = warnings
     for w in warnings:
         warn(w)
-    png = out_dir / "report.png"
-    _plot(results, portfolios, png)
-    report["outputs"] = {"metrics_json": str(out_dir / "metrics.json"), "report_png": str(png), **outputs}
+    return overlap, warnings
+
+
+def _summary(ev: _Evaluation, results: dict, report: dict, train) -> dict[str, Any]:
+    """The report's ``summary``: the last segment's policy beside flat, buy-and-hold and the best
+    rule (the one with the highest Sharpe on the segment that chose the variants)."""
+    from rl_zerosync.evaluation.backtest import best_rule
+
+    last = results[ev.segments[-1]]
     m = last.metrics["mean"]
     b = last.baselines
-    # The best rule is the one with the highest Sharpe on the segment that chose the variants.
-    chooser = results[segments[0]]
+    chooser = results[ev.segments[0]]
     best = best_rule(chooser.baselines)
-    best_label = b[best].get("variant", best)
-    rules = {r: b[r]["mean"]["sharpe"] for r in b}
     port = report["segments"][last.segment]["portfolio"]
-    bh_return = b["buy_and_hold"]["mean"]["total_return"]
-    report["summary"] = {
+    summary = {
         "segment": last.segment,
         "sharpe": m["sharpe"],
         "total_return": m["total_return"],
         "total_return_pct": 100.0 * m["total_return"],
-        "buy_and_hold_total_return": bh_return,
+        "buy_and_hold_total_return": b["buy_and_hold"]["mean"]["total_return"],
         "portfolio_sharpe": port["agent"]["sharpe"],
         "portfolio_total_return": port["agent"]["total_return"],
         "max_drawdown": m["max_drawdown"],
         "turnover_per_bar": m["turnover_per_bar"],
         "flat_sharpe": 0.0,
         "buy_and_hold_sharpe": b["buy_and_hold"]["mean"]["sharpe"],
-        "rules": rules,
+        "rules": {r: b[r]["mean"]["sharpe"] for r in b},
         "rule_variants": {r: b[r]["variant"] for r in b if "variant" in b[r]},
-        "best_rule": best_label,
+        "best_rule": b[best].get("variant", best),
         "best_rule_sharpe": b[best]["mean"]["sharpe"],
         "best_rule_validation_sharpe": chooser.baselines[best]["mean"]["sharpe"],
         "agent_minus_best_rule": m["sharpe"] - b[best]["mean"]["sharpe"],
-        "checkpoint_iteration": run_state.get("iteration"),
+        "checkpoint_iteration": ev.run_state.get("iteration"),
         "beats_flat_and_buy_and_hold": bool(m["sharpe"] > 0.0 and m["sharpe"] > b["buy_and_hold"]["mean"]["sharpe"]),
         "periods_per_year": last.periods_per_year,
-        "warnings": len(warnings),
+        "warnings": len(report["warnings"]),
     }
-    if train_sharpe is not None:
-        report["summary"]["train_sharpe"] = train_sharpe
-        report["summary"]["train_minus_test_sharpe"] = train_sharpe - m["sharpe"]
+    if train is not None:
+        train_sharpe = train.metrics["mean"]["sharpe"]
+        summary["train_sharpe"] = train_sharpe
+        summary["train_minus_test_sharpe"] = train_sharpe - m["sharpe"]
     if "validation" in results:
-        report["summary"]["validation_sharpe"] = results["validation"].metrics["mean"]["sharpe"]
-    it = run_state.get("iteration")
-    which_txt = f"{ckpt.name} (iteration {it})" if it is not None else ckpt.name
+        summary["validation_sharpe"] = results["validation"].metrics["mean"]["sharpe"]
+    return summary
+
+
+def _summary_line(ev: _Evaluation, last, report: dict, png: Path) -> str:
+    """The one printed line (module doc), from the report's ``summary`` of segment ``last``."""
+    s = report["summary"]
+    port = report["segments"][last.segment]["portfolio"]
+    it = ev.run_state.get("iteration")
+    which_txt = f"{ev.ckpt.name} (iteration {it})" if it is not None else ev.ckpt.name
     n_assets = len(last.assets)
+    agent, bh = f"{100 * s['total_return']:+.2f}%", f"{100 * s['buy_and_hold_total_return']:+.2f}%"
     if n_assets > 1:
-        returns = (f"equity return {100 * m['total_return']:+.2f}% mean of {n_assets} assets (buy&hold "
-                   f"{100 * bh_return:+.2f}%), equal-weight portfolio {100 * port['agent']['total_return']:+.2f}%")
+        returns = (f"equity return {agent} mean of {n_assets} assets (buy&hold {bh}), equal-weight portfolio "
+                   f"{100 * port['agent']['total_return']:+.2f}%")
         if "buy_and_hold" in port:
             returns += f" (buy&hold {100 * port['buy_and_hold']['total_return']:+.2f}%)"
     else:
-        returns = f"equity return {100 * m['total_return']:+.2f}% (buy&hold {100 * bh_return:+.2f}%)"
-    report["summary_line"] = (
-        f"{last.segment}: sharpe {m['sharpe']:+.2f} (flat +0.00, buy&hold {rules['buy_and_hold']:+.2f}, "
-        f"best rule: {best_label} {b[best]['mean']['sharpe']:+.2f}) | {returns} | "
-        f"max drawdown {100 * m['max_drawdown']:.2f}% | {which_txt} | report {png}"
+        returns = f"equity return {agent} (buy&hold {bh})"
+    warnings = report["warnings"]
+    return (
+        f"{last.segment}: sharpe {s['sharpe']:+.2f} (flat +0.00, buy&hold {s['rules']['buy_and_hold']:+.2f}, "
+        f"best rule: {s['best_rule']} {s['best_rule_sharpe']:+.2f}) | {returns} | "
+        f"max drawdown {100 * s['max_drawdown']:.2f}% | {which_txt} | report {png}"
         + (f" | {len(warnings)} warning(s): see stderr / metrics.json" if warnings else "")
     )
+
+
+def _write_report(report: dict, out_dir: Path) -> None:
+    """``metrics.json``: the whole report."""
     (out_dir / "metrics.json").write_text(json.dumps(report, indent=2, default=_json_value))
-    return report
