@@ -1,11 +1,15 @@
-"""Print the README's results tables (markdown) from ``benchmarks/results/*.json``.
+"""Print the results tables of ``docs/results.md`` (markdown) from ``benchmarks/results/*.json``.
 
-How to run: ``python -m benchmarks.tables [--dir benchmarks/results]``.
+How to run: ``python -m benchmarks.tables [--dir benchmarks/results]`` prints every block;
+``python -m benchmarks.tables --check`` compares them with ``docs/results.md`` and names what differs
+(exit status 1).
 
-Every table in the README's "Results" section is printed here, from the JSON named in
-:data:`TABLES`, with the README's labels; ``tests/test_readme_tables.py`` checks that each printed
-table (a block of lines starting with ``|``) is in the README verbatim and that the README's results
-section has no other table. Each block starts with a line naming the run's date, GPU and versions.
+Every table of ``docs/results.md`` is printed here, from the JSON named in :data:`TABLES`, with the
+page's labels. ``tests/test_readme_tables.py`` checks that each printed table (a block of lines
+starting with ``|``) is in the page verbatim, that every other line printed here (each block's first
+line, naming the run's date, GPU and versions, and the summary lines) is a line of the page, and that
+the page has no other table. The README's "Results" section holds one headline per result, linking
+to its section of the page.
 """
 from __future__ import annotations
 
@@ -16,6 +20,8 @@ from pathlib import Path
 from typing import Callable, Dict, Optional
 
 REPO = Path(__file__).resolve().parents[1]
+RESULTS_DOC = REPO / "docs" / "results.md"
+"""The page whose tables this module prints."""
 
 
 def _load(d: Path, name: str):
@@ -439,7 +445,7 @@ TABLES = (
     ("stock_syncs", stock_syncs), ("env_runner", env_runner), ("cartpole", cartpole), ("scaling", scaling),
     ("scaling_learner", scaling_learner), ("kernels", kernels), ("env", env), ("reliability", reliability),
 )
-"""(JSON name in the results folder, printer), in README order."""
+"""(JSON name in the results folder, printer), in the order of ``docs/results.md``."""
 
 
 def render(d: Path | str = REPO / "benchmarks" / "results") -> Dict[str, str]:
@@ -458,10 +464,41 @@ def table_blocks(text: str) -> list:
     return [m.group(0) for m in re.finditer(r"(?m)^\|.*(?:\n\|.*)*", text)]
 
 
+def other_lines(text: str) -> list:
+    """The non-blank lines of ``text`` that are not table rows (block headers, summary lines)."""
+    return [line for line in text.splitlines() if line.strip() and not line.startswith("|")]
+
+
+def differences(doc: str, printed: Dict[str, str]) -> list:
+    """``(json name, what)`` for every printed table or line missing from ``doc`` and every table of
+    ``doc`` that nothing here prints; empty when the page matches the printout."""
+    doc_tables = table_blocks(doc)
+    doc_lines = set(doc.splitlines())
+    out = []
+    for name, text in printed.items():
+        out += [(name, block) for block in table_blocks(text) if block not in doc_tables]
+        out += [(name, line) for line in other_lines(text) if line not in doc_lines]
+    known = {b for text in printed.values() for b in table_blocks(text)}
+    out += [("(no JSON)", block) for block in doc_tables if block not in known]
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--dir", default=str(REPO / "benchmarks" / "results"))
-    for name, text in render(p.parse_args().dir).items():
+    p.add_argument("--check", action="store_true",
+                   help=f"compare with {RESULTS_DOC.relative_to(REPO)} instead of printing; exit 1 on a difference")
+    args = p.parse_args()
+    printed = render(args.dir)
+    if args.check:
+        diffs = differences(RESULTS_DOC.read_text(), printed)
+        for name, what in diffs:
+            print(f"--- {name}: not in {RESULTS_DOC.relative_to(REPO)} as printed\n{what}\n")
+        if diffs:
+            raise SystemExit(1)
+        print(f"{RESULTS_DOC.relative_to(REPO)}: every table and line matches benchmarks/results/")
+        return
+    for name, text in printed.items():
         print(f"### {name}\n\n{text}\n")
 
 
