@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 RUN = Path(__file__).resolve().parent / "data" / "run_v0_1"
+pytestmark = pytest.mark.usefixtures("ray_local")  # one Ray instance (conftest) for the module
 
 
 @pytest.fixture()
