@@ -3,5 +3,5 @@
     python -m benchmarks.<name> [--quick] [--out FILE]
 
 ``benchmarks.common`` holds what they share (results skeleton, timing, sync counter); results go to
-``benchmarks/results/<name>.json``, and ``python -m benchmarks.tables`` prints the README's tables.
+``benchmarks/results/<name>.json``, and ``python -m benchmarks.tables`` prints the tables of ``docs/results.md``.
 """

@@ -5,7 +5,7 @@ How to run (CPU is enough; no GPU is used even when one is present)::
     python -m benchmarks.stock_syncs            # learner.py's stock row + CartPole DQN, ~1 min on 2 cores
     python -m benchmarks.stock_syncs --quick    # 6 updates each
 
-The probe (the method of ``RLLIB_NOTES.md`` section 2) replaces ``torch.Tensor.__bool__ / item /
+The probe replaces ``torch.Tensor.__bool__ / item /
 cpu / numpy / tolist / __float__ / __int__ / __index__ / __array__ / nonzero``, ``.to(cpu)``,
 ``torch.nonzero`` and bool-mask ``__getitem__`` with wrappers that record the Python call stack of
 every call made inside ``LearnerGroup.update()`` (the call ``benchmarks/learner.py`` times and
@@ -397,7 +397,7 @@ def main(argv: Optional[List[str]] = None) -> dict:
     result = {
         **result_header("stock_syncs", device="cpu",
                         config={"quick": args.quick, "updates": n, "warmup_updates_excluded": 1}),
-        "probe": "CPU sync probe (RLLIB_NOTES.md section 2): calls that force a device->host sync when the "
+        "probe": "CPU sync probe: calls that force a device->host sync when the "
                  "tensor is on CUDA, recorded on the CPU; the sites are the same on a GPU learner",
         "learners": learners,
         "summary": {name: r["syncs_per_update"] for name, r in learners.items()},
