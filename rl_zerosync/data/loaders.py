@@ -86,14 +86,16 @@ def load_market(
     if unknown:
         raise ValueError(f"data.columns: unknown key(s) {unknown}; allowed keys are {list(COLUMN_KEYS)}")
     check_periods_per_year(periods_per_year)
-    closes, spreads, stamps, asset_names, sources = [], [], [], [], []
+    closes, spreads, stamps, asset_names, sources, bar_prices = [], [], [], [], [], []
     for path in paths:
         frame = _read(str(path), fmt)
         for asset, part in _assets(str(path), frame, asset_column):
             where = f"file {path}" + (f", asset {asset!r}" if asset_column else "")
             cols = _resolve_columns(where, part, columns or {})
-            close, (spread, source), ts = _clean(where, part, cols, features, spread_source, spread_bps,
-                                                 cs_window, min_spread_bps, timestamp_format, dayfirst)
+            prices, (spread, source), ts = _clean(where, part, cols, features, spread_source, spread_bps,
+                                                  cs_window, min_spread_bps, timestamp_format, dayfirst)
+            close = prices["close"]
+            bar_prices.append(prices)
             check_log_returns(f"{where}, column {cols['close']!r}", close, limit,
                               labels=part.index.to_numpy(), unit="row")
             closes.append(close)
@@ -107,16 +109,29 @@ def load_market(
         asset_names = [str(n) for n in names]
     has_ts = all(t is not None for t in stamps)
     ppy, ppy_source = resolve_periods_per_year(periods_per_year, stamps if has_ts else None)
+    kept = execution_prices(bar_prices)
     market = build_market(closes, spreads, names=asset_names, features=features,
-                          timestamps=stamps if has_ts else None, periods_per_year=ppy, device=device)
+                          timestamps=stamps if has_ts else None, periods_per_year=ppy, device=device,
+                          prices={k: [p[k] for p in bar_prices] for k in kept})
     info = {
         "periods_per_year": ppy,
         "periods_per_year_source": ppy_source,
         "spread_source": dict(zip(asset_names, sources)),
         # bar 0 of Corwin-Schultz has no estimate (the floor), so the median is over bars 1..n-1
         "median_spread_bps": {n: float(np.median(sp[1:]) * 1e4) for n, sp in zip(asset_names, spreads)},
+        "spread_range_bps": {n: [float(np.min(sp[1:]) * 1e4), float(np.max(sp[1:]) * 1e4)]
+                             for n, sp in zip(asset_names, spreads)},
+        "execution_prices": list(kept),
     }
     return replace(market, source_info=info)
+
+
+def execution_prices(bar_prices: Sequence[Mapping[str, np.ndarray]]) -> tuple[str, ...]:
+    """The optional prices every asset has (``open``; ``high`` and ``low`` together), kept for
+    execution at the next bar; an asset without a column leaves it out for all (the preflight says so)."""
+    have = lambda k: all(k in p for p in bar_prices)  # noqa: E731
+    kept = ("open",) if have("open") else ()
+    return kept + (("high", "low") if have("high") and have("low") else ())
 
 
 PERIODS_PER_YEAR_CONVENTIONS = (12.0, 52.0, 252.0, 365.0, 252.0 * 6.5, 252.0 * 7.0, 8760.0, 252.0 * 390.0,
@@ -275,7 +290,7 @@ def _clean(where, frame, cols, features, spread_source, spread_bps, cs_window, m
                 f"{raw.iloc[i - 1]!r} at row {rows[i - 1]})"
             )
     spread = _spread(where, prices, cols, spread_source, spread_bps, cs_window, min_spread_bps)
-    return prices["close"], spread, ts
+    return prices, spread, ts
 
 
 def _show(value: Any) -> str:

@@ -186,8 +186,9 @@ class Policy:
         d = self.data_settings
         cols = _resolve_columns("bars", frame, d.get("columns") or {})
         # private loader helpers: the very cleaning and spread maths the training data went through
-        close, spread, _ = _clean("bars", frame, cols, self.features, d["spread_source"], d["spread_bps"],
-                                  d["cs_window"], d["min_spread_bps"], d["timestamp_format"], d["dayfirst"])
+        prices, spread, _ = _clean("bars", frame, cols, self.features, d["spread_source"], d["spread_bps"],
+                                   d["cs_window"], d["min_spread_bps"], d["timestamp_format"], d["dayfirst"])
+        close = prices["close"]
         if isinstance(spread, tuple):  # (spread, the source used) from newer loaders
             spread = spread[0]
         check_log_returns(f"bars, column {cols['close']!r}", close, d.get("max_abs_log_return"),
