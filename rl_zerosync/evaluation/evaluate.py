@@ -262,6 +262,7 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | None = None,
     (with ``data``: chosen on that file, in sample, and marked so). ``overrides``: ``--set
     data.KEY=VALUE`` items for the evaluated data (any other section: ``SettingsError``)."""
     from rl_zerosync.evaluation.report_plot import plot_report
+    from rl_zerosync.evaluation.sensitivity import execution_line, execution_report
 
     ev = _load(checkpoint, data, out_dir, which, device, overrides)
     report = _report_head(ev)
@@ -272,11 +273,12 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | None = None,
     if train is not None:
         report["segments"]["train"] = train.summary()
     report["overlap"], report["warnings"] = _check_overlap(ev, results, train_market)
+    report["execution"] = execution_report(ev, results)  # settings, spreads, cost sensitivity
     png = ev.out_dir / "report.png"
-    plot_report(results, portfolios, png)
+    plot_report(results, portfolios, png, execution=report["execution"])
     report["outputs"] = {"metrics_json": str(ev.out_dir / "metrics.json"), "report_png": str(png), **outputs}
     report["summary"] = _summary(ev, results, report, train)
-    report["summary_line"] = _summary_line(ev, results[ev.segments[-1]], report, png)
+    report["summary_line"] = _summary_line(ev, results[ev.segments[-1]], report, png) + execution_line(report["execution"])
     _write_report(report, ev.out_dir)
     return report
 
@@ -287,6 +289,7 @@ def _load(checkpoint: str | Path, data: str | None, out_dir: str | Path | None, 
     and make the output directory; every bad input fails here, before any walk."""
     from rl_zerosync.rundir.checkpoints import SETTINGS_FILE, read_run_state, verified_checkpoint
     from rl_zerosync.envs import EnvParams
+    from rl_zerosync.envs.params import with_recorded_lag
     from rl_zerosync.data.data_settings import check_data_keys
     from rl_zerosync.evaluation.validation import routing_thresholds
 
@@ -302,7 +305,7 @@ def _load(checkpoint: str | Path, data: str | None, out_dir: str | Path | None, 
     return _Evaluation(
         ckpt=ckpt, settings=settings, run_state=read_run_state(ckpt), data_file=data, overrides=overrides,
         data_cfg=data_cfg, segments=segments, device=dev, mode=settings["model"]["action_mode"],
-        params=EnvParams.from_dict(settings.get("env")), routing=routing_thresholds(settings.get("runner")),
+        params=EnvParams.from_dict(with_recorded_lag(settings.get("env"))), routing=routing_thresholds(settings.get("runner")),
         policy=greedy_policy(module), out_dir=out)
 
 
