@@ -229,7 +229,8 @@ def execute(
     cost_scale: torch.Tensor | None = None, force_market: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, ...]:
     """Execution of ``actions`` decided at each env's bar (steps 2-3 of the module doc):
-    ``(trade q, |q|, new position, cost, pnl, order type, vol_t)``. Reads ``state.asset``, ``t``, ``pos``
+    ``(trade q, |q|, new position, cost, pnl, order type, vol_t, fill price X)`` (``X = close_t`` with
+    ``execution_lag: 0``). Reads ``state.asset``, ``t``, ``pos``
     and ``env_id`` only; ``counter`` is the RNG step of the stochastic fills.
 
     ``cost_scale`` (f32[N], optional) multiplies each env's cost; ``force_market`` (bool[N],
@@ -255,7 +256,7 @@ def execute(
     if cost_scale is not None:
         cost = cost * cost_scale
     pnl = pos * data.ret.reshape(-1)[idx + 1]
-    return trade, size, pos, cost, pnl, o, vol_t
+    return trade, size, pos, cost, pnl, o, vol_t, data.close.reshape(-1)[idx]
 
 
 def execute_next_bar(
@@ -299,7 +300,7 @@ def execute_next_bar(
     if cost_scale is not None:
         cost = cost * cost_scale
     pnl = state.pos * data.ret.reshape(-1)[nxt] + trade * (close_n / price - 1.0)
-    return trade, size, pos, cost, pnl, o, data.vol.reshape(-1)[idx]
+    return trade, size, pos, cost, pnl, o, data.vol.reshape(-1)[idx], price
 
 
 def transition(
@@ -309,7 +310,7 @@ def transition(
     tables = as_tables(data, params)
     p = tables.params
     counter = state.counter + 1
-    trade, size, pos, cost, pnl, o, vol_t = execute(data, tables, state, actions, counter)
+    trade, size, pos, cost, pnl, o, vol_t, _ = execute(data, tables, state, actions, counter)
     net = pnl - cost
     risk = p.risk_penalty * (pos * vol_t).square()
     reward = p.reward_scale * (net - risk)

@@ -14,8 +14,8 @@ test). Writes to the output directory:
 * ``bars_<segment>.csv`` (and ``.parquet`` when pyarrow is installed) per evaluated segment
   (``validation``, ``test``; ``all`` for ``--data``): one row per asset and bar with ``timestamp``
   (when the data has timestamps), ``bar`` (the bar's index in the asset's series), ``asset``,
-  ``price`` (close), ``position`` (exposure held over the bar), ``trade`` (the change in position
-  into it, made at the previous bar's close), ``cost`` (of that trade, fraction of equity),
+  ``price`` (close), ``position`` (exposure held at its close), ``trade`` (the change in position
+  into it), ``fill_price`` (the trade's price: within the bar with execution lag 1), ``cost`` (of that trade, fraction of equity),
   ``net_return`` (``position * (price / previous price - 1) - cost``), ``equity`` (from 1) and
   ``benchmark_equity`` (the buy-and-hold rule, same execution and costs); see :func:`rl_zerosync.evaluation.backtest.bar_table`. The last ``equity`` of an
   asset is ``1 + total_return`` of its metrics.

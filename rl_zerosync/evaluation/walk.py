@@ -34,8 +34,10 @@ from rl_zerosync.envs.core import EnvTables, execute, make_tables, observe, rout
 from rl_zerosync.data.market import MarketData
 from rl_zerosync.envs.params import EnvParams
 
-RECORD_KEYS = ("net", "pnl", "cost", "trade", "position", "action", "order_type")
-"""Per-bar records of a walk (``action`` = the factored action executed)."""
+RECORD_KEYS = ("net", "pnl", "cost", "trade", "position", "action", "order_type", "fill_price")
+"""Per-bar records of a walk (``action`` = the factored action executed, ``fill_price`` = the price
+the trade filled at: the bar's close with ``execution_lag: 0``, the next open / close or the limit price
+with lag 1; see :func:`rl_zerosync.envs.core.execute`)."""
 
 
 @dataclass
@@ -177,10 +179,10 @@ class SegmentWalk:
                 if self.route_fn is not None:
                     actions = self.route_fn(actions, st)
                 counter = st.counter + 1
-                trade, _, pos, cost, pnl, order, _ = execute(data, tables, st, actions, counter,
-                                                             self.cost_scale, self.force_market)
+                trade, _, pos, cost, pnl, order, _, price = execute(data, tables, st, actions, counter,
+                                                                    self.cost_scale, self.force_market)
                 row = torch.stack((pnl - cost, pnl, cost, trade, pos, actions.to(torch.float32),
-                                   order.to(torch.float32)))
+                                   order.to(torch.float32), price))
                 self.records.index_copy_(1, self._j, row[:, None, :])
                 self._j.add_(1)
                 st = WalkState(env_id=st.env_id, asset=st.asset, t=torch.minimum(st.t + 1, self._last),
