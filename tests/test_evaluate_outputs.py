@@ -90,6 +90,16 @@ def test_run_segments_write_dated_bars_portfolio_and_report(run, capsys):
     ret = report["summary"]["total_return"]
     assert f"equity return {100 * ret:+.2f}%" in line and "best rule:" in line
     assert report["summary"]["total_return_pct"] == pytest.approx(100 * ret)
+    # execution: settings (high/low, no opens in the file), spreads, the test sensitivity
+    ex = report["execution"]
+    assert ex["settings"]["execution_lag"] == 1 and ex["settings"]["market_orders"].startswith("next close")
+    assert ex["spreads"]["per_asset"]["prices"]["source"] == "corwin_schultz"
+    sens = ex["sensitivity"]
+    assert sens["segment"] == "test" and list(sens["policy_sharpe"]) == ["cost_x0", "cost_x1", "cost_x2", "cost_x4",
+                                                                          "market_only"]
+    assert sens["policy_sharpe"]["cost_x1"] == pytest.approx(report["summary"]["sharpe"], rel=1e-9)
+    assert sens["best_rule_sharpe"]["cost_x1"] == pytest.approx(report["summary"]["best_rule_sharpe"], rel=1e-9)
+    assert "| execution lag 1: sharpe at cost x0/x1/x2/x4/all-market " in line
     dates = pd.to_datetime(run["frame"]["Day"])
     for segment in ("validation", "test"):
         bars = pd.read_csv(out / f"bars_{segment}.csv", parse_dates=["timestamp"])
