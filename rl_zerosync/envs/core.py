@@ -4,8 +4,8 @@ Timing of one step of env ``i`` at bar ``t = start + j`` (``j`` = steps done in 
 
 1. The agent has seen the observation of bar ``t`` (features of bars ``<= t`` only).
 2. The action (factored index) sets the target position ``levels[e]``. With ``execution_lag: 0``
-   the order executes at the close of bar ``t`` with fill fraction ``f[o, u]`` (expected mode) or all-or-nothing with
-   probability ``f[o, u]`` (stochastic mode, uniform ``u24(seed, counter, STREAM_FILL, env_id)``):
+   the order executes at the close of bar ``t`` with fill fraction ``f[o, u]`` (expected mode) or
+   all-or-nothing with probability ``f[o, u]`` (stochastic mode, uniform ``u24(seed, counter, STREAM_FILL, env_id)``):
    ``q = fill * (target - pos)``, ``pos' = pos + q``.
 3. ``cost = |q| * (fee + spread_frac[o, u] * spread_t + impact[o, u] * vol_t * |q|)``;
    ``pnl = pos' * ret[t+1]`` (simple return from the close of ``t`` to the close of ``t+1``);
@@ -26,7 +26,9 @@ bar ``t+1``, whose prices the observation of ``t`` never holds. The want is ``w 
   ``q = f * w`` (expected mode; stochastic: ``w`` with probability ``f``) only when bar ``t+1``
   trades through ``L`` (``low[t+1] <= L`` for a buy, ``high[t+1] >= L`` for a sell), else ``q = 0``;
   ``X = L`` and the cost is ``|q| * (fee - rebate + impact[o, u] * vol_{t+1} * |q|)`` with ``rebate =
-  maker_rebate_bps * 1e-4``. Without high/low in the data they execute as MARKET (same urgency).
+  maker_rebate_bps * 1e-4``. A gap through ``L`` still fills at ``L`` (no price improvement), and
+  what did not fill is cancelled at the end of bar ``t+1`` (the next decision sends a new order).
+  Without high/low in the data they execute as MARKET (same urgency).
 * ``pnl = pos * ret[t+1] + q * (close[t+1] / X - 1)``: the old position earns the whole bar, the
   traded part from its fill price (for ``X = close_t`` this is the same-bar ``pos' * ret[t+1]``).
   The risk term uses ``vol_t`` as with lag 0.
@@ -230,8 +232,8 @@ def execute(
 ) -> tuple[torch.Tensor, ...]:
     """Execution of ``actions`` decided at each env's bar (steps 2-3 of the module doc):
     ``(trade q, |q|, new position, cost, pnl, order type, vol_t, fill price X)`` (``X = close_t`` with
-    ``execution_lag: 0``). Reads ``state.asset``, ``t``, ``pos``
-    and ``env_id`` only; ``counter`` is the RNG step of the stochastic fills.
+    ``execution_lag: 0``). Reads ``state.asset``, ``t``, ``pos`` and ``env_id`` only; ``counter`` is
+    the RNG step of the stochastic fills.
 
     ``cost_scale`` (f32[N], optional) multiplies each env's cost; ``force_market`` (bool[N],
     optional) executes those envs' orders as MARKET of the same urgency (the sensitivity walks of
@@ -289,7 +291,8 @@ def execute_next_bar(
         resting = o > 0
         side = torch.sign(want)
         limit_px = close_t * (1.0 + side * tables.spread_frac[ou] * data.spread.reshape(-1)[idx])
-        crossed = torch.where(want > 0, data.low.reshape(-1)[nxt] <= limit_px, data.high.reshape(-1)[nxt] >= limit_px)
+        crossed = torch.where(want > 0, data.low.reshape(-1)[nxt] <= limit_px,
+                              data.high.reshape(-1)[nxt] >= limit_px)
         fill = torch.where(resting & ~crossed, torch.zeros_like(fill), fill)
         price = torch.where(resting, limit_px, market_px)
         unit = torch.where(resting, torch.full_like(unit, p.fee - p.maker_rebate_bps * 1e-4), unit)

@@ -2,7 +2,8 @@
 
 The gymnasium env users get by default under ``"rl_zerosync/Trading-v0"`` (and
 :data:`~rl_zerosync.envs.gym_twin.ENV_ID_IMPORTABLE`): the maths of :mod:`rl_zerosync.envs.core`
-(fills by order type and urgency, costs, impact, PnL, risk penalty, equity, drawdown stop,
+(fills by order type and urgency, same-bar or next-bar execution with passive orders that must
+trade through the next bar's range, costs, impact, PnL, risk penalty, equity, drawdown stop,
 truncation, auto-reset) and its counter-based RNG (:mod:`rl_zerosync.kernels.rng`) reproduced for
 one env, at about 10 us per step instead of the ~1 ms of the torch reference
 :class:`~rl_zerosync.envs.gym_twin.TradingGymEnv` (a batch of one through the torch step function,

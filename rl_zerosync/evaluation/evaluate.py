@@ -15,8 +15,9 @@ test). Writes to the output directory:
   (``validation``, ``test``; ``all`` for ``--data``): one row per asset and bar with ``timestamp``
   (when the data has timestamps), ``bar`` (the bar's index in the asset's series), ``asset``,
   ``price`` (close), ``position`` (exposure held at its close), ``trade`` (the change in position
-  into it), ``fill_price`` (the trade's price: within the bar with execution lag 1), ``cost`` (of that trade, fraction of equity),
-  ``net_return`` (``position * (price / previous price - 1) - cost``), ``equity`` (from 1) and
+  into it), ``fill_price`` (its price: within the bar with execution lag 1), ``cost`` (of that
+  trade, fraction of equity), ``net_return`` (the previous position's return over the bar plus the
+  trade's from its fill price, less the cost), ``equity`` (from 1) and
   ``benchmark_equity`` (the buy-and-hold rule, same execution and costs); see :func:`rl_zerosync.evaluation.backtest.bar_table`. The last ``equity`` of an
   asset is ``1 + total_return`` of its metrics.
 * ``portfolio_<segment>.csv`` (and ``.parquet``): the equal-weight portfolio of the assets (the mean
@@ -278,7 +279,8 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | None = None,
     plot_report(results, portfolios, png, execution=report["execution"])
     report["outputs"] = {"metrics_json": str(ev.out_dir / "metrics.json"), "report_png": str(png), **outputs}
     report["summary"] = _summary(ev, results, report, train)
-    report["summary_line"] = _summary_line(ev, results[ev.segments[-1]], report, png) + execution_line(report["execution"])
+    report["summary_line"] = (_summary_line(ev, results[ev.segments[-1]], report, png)
+                              + execution_line(report["execution"]))
     _write_report(report, ev.out_dir)
     return report
 
@@ -305,7 +307,8 @@ def _load(checkpoint: str | Path, data: str | None, out_dir: str | Path | None, 
     return _Evaluation(
         ckpt=ckpt, settings=settings, run_state=read_run_state(ckpt), data_file=data, overrides=overrides,
         data_cfg=data_cfg, segments=segments, device=dev, mode=settings["model"]["action_mode"],
-        params=EnvParams.from_dict(with_recorded_lag(settings.get("env"))), routing=routing_thresholds(settings.get("runner")),
+        params=EnvParams.from_dict(with_recorded_lag(settings.get("env"))),
+        routing=routing_thresholds(settings.get("runner")),
         policy=greedy_policy(module), out_dir=out)
 
 
