@@ -108,7 +108,7 @@ def _position_panel(ax_pos, res, port, px) -> None:
                 label="portfolio (mean)" if many else None)
     ax_pos.set_ylim(-1.1, 1.1)
     ax_pos.axhline(0.0, color="0.7", lw=0.6)
-    ax_pos.set_title("position (exposure held over each bar)", fontsize=9)
+    ax_pos.set_title("position (at each bar's close)", fontsize=9)
     if few:
         ax_pos.legend(fontsize=7, ncol=4, loc="upper left")
 
