@@ -53,10 +53,20 @@ def spread_report(market: MarketData, data_cfg: Mapping[str, Any] | None) -> dic
             "median_bps": float(np.median(bps)), "min_bps": float(np.min(bps)), "max_bps": float(np.max(bps)),
         }
     settings = {"min_spread_bps": cfg.get("min_spread_bps", DEFAULT_MIN_SPREAD_BPS) if files else None,
-                "spread_bps": cfg.get("spread_bps") if files else (cfg.get("synthetic") or {}).get("spread_bps", 5.0),
+                "spread_bps": cfg.get("spread_bps") if files else _synthetic_spread_bps(cfg),
                 "max_spread_bps": cfg.get("max_spread_bps") if files else None}
     return {"segment": market.segment, "settings": settings, "per_asset": per_asset,
             "warnings": spread_warnings(per_asset, asset_spreads_bps(market), settings)}
+
+
+def _synthetic_spread_bps(cfg: Mapping[str, Any]) -> float:
+    """The synthetic model's mean spread: ``data.synthetic.spread_bps`` or its default."""
+    import inspect
+
+    from rl_zerosync.data.synthetic import synthetic_series
+
+    default = inspect.signature(synthetic_series).parameters["spread_bps"].default
+    return float((cfg.get("synthetic") or {}).get("spread_bps", default))
 
 
 def spread_warnings(per_asset: Mapping[str, Mapping[str, Any]], bps: Mapping[str, np.ndarray],
