@@ -37,6 +37,11 @@ def test_a_checkpoint_written_before_the_move_evaluates_to_the_same_numbers(old_
     report = evaluate_checkpoint(old_run, out_dir=tmp_path / "eval")
     assert _plain(report["summary"]) == expected["summary"]
     assert _plain(report["segments"]) == expected["segments"]
+    # its settings.yaml has no env.execution_lag: evaluated under the same-close model it was trained under
+    settings = report["execution"]["settings"]
+    assert settings["execution_lag"] == 0 and settings["execution_lag_source"].startswith("not in settings.yaml")
+    assert report["execution"]["sensitivity"]["policy_sharpe"]["cost_x1"] == pytest.approx(
+        expected["summary"]["sharpe"], rel=1e-9)
 
 
 def test_a_run_written_before_the_move_resumes(old_run, monkeypatch):

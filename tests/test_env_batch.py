@@ -79,7 +79,9 @@ def test_reset_draws_cover_assets_and_offsets(market):
 
 
 def test_stochastic_fill_frequency(market):
-    params = EnvParams(episode_len=100, window=8, fill_mode="stochastic")
+    # same-bar fills (execution_lag 0): every order fills with its probability; next-bar fills only
+    # when the bar trades through (tests/test_execution.py)
+    params = EnvParams(episode_len=100, window=8, fill_mode="stochastic", execution_lag=0)
     env = BatchedTradingEnv(market, params, num_envs=20000, seed=3)
     env.reset()
     for o, u in [(1, 0), (1, 2), (2, 1)]:

@@ -114,3 +114,35 @@ def test_evaluate_policy_on_gpu_matches_cpu():
     for name in data.asset_names:
         for k, v in cpu.metrics[name].items():
             assert gpu.metrics[name][k] == pytest.approx(v, rel=1e-3, abs=1e-5), (name, k)
+
+
+BARS = {**DATA, "synthetic": {"ohlc": True}}
+
+
+@pytest.mark.parametrize("fill_mode", ["expected", "stochastic"])
+def test_next_bar_execution_on_bars_matches_cpu_without_host_sync(fill_mode):
+    """``execution_lag: 1`` with open/high/low (passive orders through the range, a maker rebate):
+    no host sync in the step, CPU and GPU trajectories equal."""
+    bars = make_market(BARS, "train")
+    params = EnvParams(episode_len=25, window=16, fill_mode=fill_mode, seed=9, maker_rebate_bps=0.2)
+    cpu = BatchedTradingEnv(bars, params, num_envs=257, device="cpu")
+    gpu = BatchedTradingEnv(bars, params, num_envs=257, device="cuda")
+    cpu.reset(), gpu.reset()
+    for _ in range(3):
+        a = policy(cpu)
+        cpu.step(a), gpu.step(a.cuda())
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        outs = []
+        for _ in range(60):
+            a = policy(gpu)
+            outs.append(gpu.step(a)[:4])
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for og, rg, tg, ug in outs:
+        oc, rc, tc, uc, _ = cpu.step(policy(cpu))
+        assert torch.equal(tg.cpu(), tc) and torch.equal(ug.cpu(), uc)
+        assert torch.allclose(og.cpu(), oc, rtol=1e-4, atol=1e-5)
+        assert torch.allclose(rg.cpu(), rc, rtol=1e-4, atol=1e-5)
+    assert torch.allclose(gpu.metrics_vector().cpu(), cpu.metrics_vector(), rtol=1e-4, atol=1e-4)

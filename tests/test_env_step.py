@@ -36,7 +36,8 @@ def tiny_market(close=CLOSE, spread=SPREAD, vol=VOL, valid_start=2) -> MarketDat
     )
 
 
-PARAMS = EnvParams(episode_len=5, window=2, fee=1e-4, reward_scale=100.0)
+# The same-bar model (execution_lag 0), computed by hand; next-bar execution: tests/test_execution.py
+PARAMS = EnvParams(episode_len=5, window=2, fee=1e-4, reward_scale=100.0, execution_lag=0)
 EXPOSURES = [4, 4, 0, 2, 3]  # targets +1, +1, -1, 0, +0.5
 
 
@@ -106,7 +107,7 @@ def test_five_bar_episode_matches_hand_reference(o, u):
 
 
 def test_risk_penalty_enters_reward_only():
-    params = EnvParams(episode_len=5, window=2, risk_penalty=2.0)
+    params = EnvParams(episode_len=5, window=2, risk_penalty=2.0, execution_lag=0)
     rows, state = run_actions(tiny_market(), params, [encode(4, 0, 2)])
     ref = reference(params, 0, 2, exposures=[4])
     assert rows[0]["reward"] == pytest.approx(ref[0]["reward"], rel=1e-5)
@@ -177,7 +178,7 @@ def test_observation_layout_and_auto_reset():
 
 def test_stop_drawdown_terminates():
     # a full short into the +3.03% move from bar 2 to 3 is a drawdown of more than 2%
-    params = EnvParams(episode_len=5, window=2, stop_drawdown=0.02)
+    params = EnvParams(episode_len=5, window=2, stop_drawdown=0.02, execution_lag=0)
     rows, _ = run_actions(tiny_market(), params, [encode(0, 0, 2)])  # short into +3.03%
     assert rows[0]["terminated"] is True and rows[0]["truncated"] is False
 

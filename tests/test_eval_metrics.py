@@ -49,18 +49,21 @@ def segment():
     return make_market({"num_assets": 2, "num_bars": 1200, "seed": 8, "features": {"warmup": 32}}, "test")
 
 
-def test_walk_covers_every_bar_and_buy_and_hold_matches_prices(segment):
-    params = EnvParams(episode_len=50, window=8)
+@pytest.mark.parametrize("lag", [0, 1])
+def test_walk_covers_every_bar_and_buy_and_hold_matches_prices(segment, lag):
+    params = EnvParams(episode_len=50, window=8, execution_lag=lag)
     hold = encode(4, 0, 1)
     res = evaluate_policy(lambda o: torch.full((o.shape[0],), hold), segment, params)
     for a, name in enumerate(segment.asset_names):
         first, n = int(segment.valid_start[a]), int(segment.length[a])
         close = segment.close[a, first:n].double().numpy()
         assert len(res.equity[a]) == n - first  # E_0 .. E_n for n - first - 1 traded bars
-        # fully long from the first close: equity ~ price ratio times (1 - entry cost) (MARKET NORMAL:
-        # fee + half spread + impact 0.1 * vol * 1)
-        entry = params.fee + 0.5 * float(segment.spread[a, first]) + 0.1 * float(segment.vol[a, first])
-        want = close / close[0] * (1 - entry)
+        # fully long from the first close (lag 0) or the next one (lag 1: no opens in the synthetic
+        # data): equity ~ price ratio times (1 - entry cost) (MARKET NORMAL: fee + half spread +
+        # impact 0.1 * vol * 1, at the fill bar)
+        fill = first + lag
+        entry = params.fee + 0.5 * float(segment.spread[a, fill]) + 0.1 * float(segment.vol[a, fill])
+        want = close / close[lag] * (1 - entry)
         assert np.allclose(res.equity[a][1:], want[1:], rtol=2e-4)
         assert res.metrics[name]["turnover"] == pytest.approx(1.0)
         assert res.metrics[name] == pytest.approx(res.baselines["buy_and_hold"][name], rel=1e-6)

@@ -17,7 +17,7 @@ import torch
 from rl_zerosync.cli import main
 from tiny_run import tiny_raw
 
-BAR_COLUMNS = ["timestamp", "bar", "asset", "price", "position", "trade", "cost", "net_return", "equity",
+BAR_COLUMNS = ["timestamp", "bar", "asset", "price", "position", "trade", "fill_price", "cost", "net_return", "equity",
                "benchmark_equity"]
 N_ROWS = 700
 TRAIN_FRACTION = 0.7
@@ -67,7 +67,11 @@ def _check_bars(bars: pd.DataFrame, segment: dict) -> None:
         assert (first["position"], first["net_return"], first["equity"], first["benchmark_equity"]) == (0, 0, 1, 1)
         # position is held over the bar, trade is the change into it
         assert np.allclose(rows["position"].diff().iloc[1:], rows["trade"].iloc[1:], atol=1e-6)
-        gross = rows["position"].iloc[1:].to_numpy() * (rows["price"].pct_change().iloc[1:].to_numpy())
+        # the run executes one bar later (env.execution_lag 1): the held position earns the bar, the
+        # trade from its fill price
+        held = rows["position"].shift(1).iloc[1:].to_numpy() * rows["price"].pct_change().iloc[1:].to_numpy()
+        traded = rows["trade"].iloc[1:] * (rows["price"].iloc[1:] / rows["fill_price"].iloc[1:] - 1.0)
+        gross = held + np.nan_to_num(traded.to_numpy())
         assert np.allclose(gross - rows["cost"].iloc[1:], rows["net_return"].iloc[1:], atol=2e-6)
         assert np.allclose(np.cumprod(1.0 + rows["net_return"].iloc[1:]), rows["equity"].iloc[1:], rtol=1e-6)
         metrics = segment["metrics"][name]
@@ -86,6 +90,16 @@ def test_run_segments_write_dated_bars_portfolio_and_report(run, capsys):
     ret = report["summary"]["total_return"]
     assert f"equity return {100 * ret:+.2f}%" in line and "best rule:" in line
     assert report["summary"]["total_return_pct"] == pytest.approx(100 * ret)
+    # execution: settings (high/low, no opens in the file), spreads, the test sensitivity
+    ex = report["execution"]
+    assert ex["settings"]["execution_lag"] == 1 and ex["settings"]["market_orders"].startswith("next close")
+    assert ex["spreads"]["per_asset"]["prices"]["source"] == "corwin_schultz"
+    sens = ex["sensitivity"]
+    assert sens["segment"] == "test" and list(sens["policy_sharpe"]) == ["cost_x0", "cost_x1", "cost_x2", "cost_x4",
+                                                                          "market_only"]
+    assert sens["policy_sharpe"]["cost_x1"] == pytest.approx(report["summary"]["sharpe"], rel=1e-9)
+    assert sens["best_rule_sharpe"]["cost_x1"] == pytest.approx(report["summary"]["best_rule_sharpe"], rel=1e-9)
+    assert "| execution lag 1: sharpe at cost x0/x1/x2/x4/all-market " in line
     dates = pd.to_datetime(run["frame"]["Day"])
     for segment in ("validation", "test"):
         bars = pd.read_csv(out / f"bars_{segment}.csv", parse_dates=["timestamp"])

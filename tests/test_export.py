@@ -201,6 +201,9 @@ def test_policy_from_export_and_array_inputs(setup, tmp_path):
         exposure, order_type, urgency = a
         assert ref.target_position(a) == [-1.0, -0.5, 0.0, 0.5, 1.0][exposure]
     assert live.min_bars == 34 and live.recommended_bars >= 400
+    # the run recorded env.execution_lag (default 1): the policy says it expects next-bar execution
+    assert live.execution_lag == ref.execution_lag == 1 and "NEXT bar" in live.execution["how"]
+    assert Policy(live.net, {k: v for k, v in ref.metadata.items() if k != "execution"}).execution_lag == 0
     # A policy of synthetic data, closes only: it needs a spread (here a fixed one).
     synth = {**ref.metadata, "data": {**ref.metadata["data"], "spread_source": "auto", "spread_bps": None}}
     with pytest.raises(ValueError, match="no bid/ask or high/low columns"):

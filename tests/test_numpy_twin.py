@@ -37,6 +37,13 @@ def market():
     return synthetic_market(3, 1200, seed=11, features=FEATURES)
 
 
+@pytest.fixture(scope="module")
+def bars_market():
+    """The same closes with open/high/low bars (next-bar execution with passive orders that must
+    trade through the range)."""
+    return synthetic_market(3, 1200, seed=11, features=FEATURES, ohlc=True)
+
+
 def close(a, b, what):
     np.testing.assert_allclose(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64),
                                rtol=RTOL, atol=ATOL, err_msg=what)
@@ -73,10 +80,10 @@ def test_reset_draws_equal_torch(market):
 
 # ---------------------------------------------------------------------------------------------- parity
 def _run_parity(market, fill_mode: str, action_mode: str, *, n: int = 16, steps: int = 700, seed: int = 7,
-                offset: int = 1000, routing=None) -> dict:
+                offset: int = 1000, routing=None, lag: int = 0) -> dict:
     routing = dict(routing or {})
     params = EnvParams(episode_len=40, window=8, fill_mode=fill_mode, seed=seed, stop_drawdown=0.05,
-                       risk_penalty=0.3, fee=1e-4, reward_scale=37.3)
+                       risk_penalty=0.3, fee=1e-4, reward_scale=37.3, execution_lag=lag, maker_rebate_bps=0.5 * lag)
     tables = make_tables(market, params)
     state = init_state(market, tables, torch.arange(n, dtype=torch.int64) + offset)
     twins = [NumpyTradingEnv(data=market, env=params, action_mode=action_mode, routing=routing, env_id=offset + i)
@@ -120,7 +127,7 @@ def _run_parity(market, fill_mode: str, action_mode: str, *, n: int = 16, steps:
         counts["terminated"] += int(term.sum())
         counts["truncated"] += int(trunc.sum())
         counts["order_urgency"].update((factored % 9).tolist())
-        if fill_mode == "stochastic":  # LIMIT / PASSIVE orders that did not fill this step
+        if fill_mode == "stochastic" or lag == 1:  # LIMIT / PASSIVE orders that did not fill this step
             ou = (factored % 9).numpy()
             unfilled = (tables.levels[factored // 9] != pos_before).numpy() & (info.trade.numpy() == 0.0)
             counts["unfilled"].update(np.unique(ou[unfilled]).tolist())
@@ -144,6 +151,24 @@ def test_numpy_twin_equals_torch_env(market, fill_mode, action_mode):
         assert len(c["order_urgency"]) >= 3  # the routing rule picked several routes
     if fill_mode == "stochastic" and action_mode == "flat":
         assert c["unfilled"] >= set(range(3, 9))  # unfilled LIMIT and PASSIVE orders at every urgency
+
+
+@pytest.mark.parametrize("action_mode", ["flat", "routed"])
+@pytest.mark.parametrize("fill_mode", ["expected", "stochastic"])
+def test_numpy_twin_equals_torch_env_next_bar(bars_market, fill_mode, action_mode):
+    """Next-bar execution (``execution_lag: 1``) with open/high/low and a maker rebate."""
+    c = _run_parity(bars_market, fill_mode, action_mode, lag=1)
+    assert c["terminated"] >= 20 and c["truncated"] >= 50, c
+    assert c["episodes"] == c["terminated"] + c["truncated"]
+    if action_mode == "flat":
+        assert c["order_urgency"] == set(range(9))
+        assert c["unfilled"] >= set(range(3, 9))  # resting orders the next bar did not trade through
+
+
+def test_numpy_twin_equals_torch_env_next_bar_without_range(market):
+    """Next-bar execution on closes only: MARKET at the next close, passive orders as MARKET."""
+    c = _run_parity(market, "stochastic", "flat", n=8, steps=300, lag=1)
+    assert c["order_urgency"] == set(range(9)) and not c["unfilled"]
 
 
 def test_routed_with_custom_thresholds_equals_torch(market):

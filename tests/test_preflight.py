@@ -298,3 +298,15 @@ def test_backend_info_and_cupy_warning(monkeypatch, capsys):
         backend.log_backend("cuda:0")
         out, err = capsys.readouterr()
         assert out.startswith("kernels: torch twins on cuda:0") and err.startswith("warning: kernels: CUDA is available")
+
+
+def test_preflight_prints_spreads_and_execution(data_dir, capsys):
+    """Closes only: the spread line beside the settings, and the execution line saying MARKET fills
+    at the next close and passive orders execute as MARKET (no high/low)."""
+    report = check(from_dict(_csv_cfg(data_dir), source="pf.yaml"), log=False)
+    out = capsys.readouterr().out
+    assert "spread: good fixed median 5.00 bps (5.00-5.00) | min_spread_bps 0.1, spread_bps 5, max_spread_bps unset" in out
+    assert ("execution: env.execution_lag 1 | MARKET orders: next close (the data has no opens) | "
+            "LIMIT/PASSIVE: executed as MARKET (the data has no high/low)") in out
+    data = report["segments"]["data"]
+    assert data["execution"]["execution_lag"] == 1 and data["spreads"]["per_asset"]["good"]["source"] == "fixed"

@@ -102,3 +102,17 @@ def test_validator_captures_its_pass_on_the_learner_gpu(tmp_path, ray_instance):
             v.validate(algo)  # new weights copied in place: the graph stays valid
         finally:
             algo.stop()
+
+
+def test_sensitivity_walk_on_gpu_matches_cpu():
+    """The cost / all-MARKET variants as extra envs of one captured walk, next-bar execution on bars."""
+    from rl_zerosync.evaluation.sensitivity import VARIANTS, policy_sensitivity
+
+    bars = {**DATA, "synthetic": {"ohlc": True}}
+    out = {}
+    for dev in ("cpu", "cuda"):
+        data = make_market({**bars, "device": dev}, "test")
+        out[dev] = policy_sensitivity(_act(_module(dev)), data, PARAMS, routing={}, graph_key="sens")
+    for name in VARIANTS:
+        for k, v in out["cpu"][name].items():
+            assert out["cuda"][name][k] == pytest.approx(v, rel=1e-3, abs=1e-4), (name, k)

@@ -197,6 +197,8 @@ class Settings:
         the component sections."""
         d = {name: dataclasses.asdict(getattr(self, name)) for name in _TYPED_SECTIONS}
         d.update({name: copy.deepcopy(dict(getattr(self, name).given)) for name in _COMPONENT_SECTIONS})
+        # recorded always: a settings.yaml without it is read as an earlier version's same-bar run
+        d["env"].setdefault("execution_lag", self.env.typed.execution_lag)
         return d
 
 

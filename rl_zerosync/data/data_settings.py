@@ -47,7 +47,7 @@ SYNTHETIC_PERIODS_PER_YEAR = 252.0
 _COMMON = ("source", "split", "window", "features", "periods_per_year", "device", "max_abs_log_return")
 _SYNTHETIC = ("num_assets", "num_bars", "seed", "synthetic", "regenerate_every")
 _FILES = ("paths", "columns", "asset_column", "names", "spread_source", "spread_bps", "cs_window",
-          "min_spread_bps", "timestamp_format", "dayfirst")
+          "min_spread_bps", "timestamp_format", "dayfirst", "max_spread_bps")
 DEFAULT_SPLIT = {"train": 0.7, "validation": 0.15, "test": 0.15}
 
 
@@ -65,10 +65,12 @@ def split_fractions(value: Any) -> tuple[float, float, float]:
 
 
 def synthetic_keywords() -> tuple[str, ...]:
-    """The model keywords ``data.synthetic`` may set (keyword-only parameters of ``synthetic_series``)."""
+    """The model keywords ``data.synthetic`` may set (keyword-only parameters of ``synthetic_series``)
+    and ``ohlc`` (open/high/low bars, :func:`~rl_zerosync.data.synthetic.synthetic_bars`)."""
     from rl_zerosync.data.synthetic import synthetic_series
 
-    return tuple(n for n, p in inspect.signature(synthetic_series).parameters.items() if p.kind is p.KEYWORD_ONLY)
+    model = tuple(n for n, p in inspect.signature(synthetic_series).parameters.items() if p.kind is p.KEYWORD_ONLY)
+    return model + ("ohlc",)
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,8 @@ class DataSettings:
     """Files: Corwin-Schultz window in bars."""
     min_spread_bps: Optional[float] = None
     """Files: floor of the estimated spread in basis points."""
+    max_spread_bps: Optional[float] = None
+    """Files: cap of the estimated or quoted spread in basis points (None: no cap)."""
     timestamp_format: Optional[str] = None
     """Files: strptime format of the timestamps."""
     dayfirst: Optional[bool] = None

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from rl_zerosync.data.data_settings import make_market
-from rl_zerosync.data.market import TENSOR_FIELDS, MarketData
+from rl_zerosync.data.market import MarketData
 
 
 def training_seed(data_seed: int, run_seed: int, runner: int, generation: int) -> int:
@@ -39,7 +39,7 @@ def build_training_market(data_cfg: Mapping[str, Any], seed: int) -> MarketData:
 
 def _host_fields(data_cfg: Mapping[str, Any], seed: int) -> dict[str, np.ndarray]:
     m = build_training_market(data_cfg, seed)
-    return {f: getattr(m, f).numpy() for f in TENSOR_FIELDS}  # host read: CPU tensors, sent to the runner
+    return {f: getattr(m, f).numpy() for f in m.present_fields}  # host read: CPU tensors, sent to the runner
 
 
 class FreshSeries:
@@ -77,7 +77,7 @@ class FreshSeries:
             fields = self._next.result()
         else:
             fields = _host_fields(self.cfg, self.seed_of(self.generation))
-        for f in TENSOR_FIELDS:
+        for f in data.present_fields:  # the series fields and open/high/low when the data has them
             dst = getattr(data, f)
             src = fields[f]
             if tuple(src.shape) != tuple(dst.shape):

@@ -13,6 +13,9 @@ Relative spread per bar, by ``spread_source``:
   ``S = 2 (e^alpha - 1) / (1 + e^alpha)``; negative estimates are set to 0 (as in the paper), then a
   trailing mean over ``cs_window`` bars, floored at ``min_spread_bps`` (bar 0 takes the floor);
 * ``"fixed"``: ``spread_bps * 1e-4`` on every bar;
+* ``max_spread_bps`` (optional, >= ``min_spread_bps``): a cap on the estimated or quoted spread of every
+  bar (``bid_ask`` and ``corwin_schultz``; a ``fixed`` spread above it is an error); the bars at the cap
+  are counted in ``source_info["bars_at_cap"]``;
 * ``"auto"``: bid/ask if both columns exist, else Corwin-Schultz if high/low exist, else fixed if
   ``spread_bps`` is set, else ValueError.
 
@@ -67,6 +70,7 @@ def load_market(
     periods_per_year: float | str = "auto",
     device: str = "cpu",
     max_abs_log_return: float | None = None,
+    max_spread_bps: float | None = None,
 ) -> MarketData:
     """Read ``paths`` (one or more files), validate them and build ``MarketData`` (see module doc)."""
     features = features or FeatureConfig()
@@ -82,18 +86,22 @@ def load_market(
         raise ValueError(f"data.cs_window: expected an int >= 1, got {cs_window!r}")
     if not isinstance(min_spread_bps, (int, float)) or not math.isfinite(min_spread_bps) or min_spread_bps < 0:
         raise ValueError(f"data.min_spread_bps: expected a finite number >= 0, got {min_spread_bps!r}")
+    check_max_spread_bps(max_spread_bps, min_spread_bps, spread_bps)
     unknown = sorted(set(columns or {}) - set(COLUMN_KEYS))
     if unknown:
         raise ValueError(f"data.columns: unknown key(s) {unknown}; allowed keys are {list(COLUMN_KEYS)}")
     check_periods_per_year(periods_per_year)
-    closes, spreads, stamps, asset_names, sources = [], [], [], [], []
+    closes, spreads, stamps, asset_names, sources, bar_prices = [], [], [], [], [], []
     for path in paths:
         frame = _read(str(path), fmt)
         for asset, part in _assets(str(path), frame, asset_column):
             where = f"file {path}" + (f", asset {asset!r}" if asset_column else "")
             cols = _resolve_columns(where, part, columns or {})
-            close, (spread, source), ts = _clean(where, part, cols, features, spread_source, spread_bps,
-                                                 cs_window, min_spread_bps, timestamp_format, dayfirst)
+            prices, (spread, source), ts = _clean(where, part, cols, features, spread_source, spread_bps,
+                                                  cs_window, min_spread_bps, timestamp_format, dayfirst,
+                                                  max_spread_bps=max_spread_bps)
+            close = prices["close"]
+            bar_prices.append(prices)
             check_log_returns(f"{where}, column {cols['close']!r}", close, limit,
                               labels=part.index.to_numpy(), unit="row")
             closes.append(close)
@@ -107,16 +115,45 @@ def load_market(
         asset_names = [str(n) for n in names]
     has_ts = all(t is not None for t in stamps)
     ppy, ppy_source = resolve_periods_per_year(periods_per_year, stamps if has_ts else None)
+    kept = execution_prices(bar_prices)
     market = build_market(closes, spreads, names=asset_names, features=features,
-                          timestamps=stamps if has_ts else None, periods_per_year=ppy, device=device)
+                          timestamps=stamps if has_ts else None, periods_per_year=ppy, device=device,
+                          prices={k: [p[k] for p in bar_prices] for k in kept})
     info = {
         "periods_per_year": ppy,
         "periods_per_year_source": ppy_source,
         "spread_source": dict(zip(asset_names, sources)),
         # bar 0 of Corwin-Schultz has no estimate (the floor), so the median is over bars 1..n-1
         "median_spread_bps": {n: float(np.median(sp[1:]) * 1e4) for n, sp in zip(asset_names, spreads)},
+        "spread_range_bps": {n: [float(np.min(sp[1:]) * 1e4), float(np.max(sp[1:]) * 1e4)]
+                             for n, sp in zip(asset_names, spreads)},
+        "execution_prices": list(kept),
     }
+    if max_spread_bps is not None:
+        info["bars_at_cap"] = {n: int(np.sum(sp[1:] >= max_spread_bps * 1e-4)) for n, sp in zip(asset_names, spreads)}
     return replace(market, source_info=info)
+
+
+def check_max_spread_bps(value: Any, min_spread_bps: float, spread_bps: float | None) -> None:
+    """``data.max_spread_bps``: None (no cap) or a finite number >= ``data.min_spread_bps`` and >=
+    ``data.spread_bps`` when that is set (ValueError naming the keys)."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"data.max_spread_bps: expected a finite number > 0 (or null: no cap), got {value!r}")
+    if value < min_spread_bps:
+        raise ValueError(f"data.max_spread_bps: expected a cap >= data.min_spread_bps = {min_spread_bps:g}, got {value!r}")
+    if spread_bps is not None and spread_bps > value:
+        raise ValueError(f"data.max_spread_bps: {value!r} is below data.spread_bps = {spread_bps:g}; raise the cap "
+                         "or lower the fixed spread")
+
+
+def execution_prices(bar_prices: Sequence[Mapping[str, np.ndarray]]) -> tuple[str, ...]:
+    """The optional prices every asset has (``open``; ``high`` and ``low`` together), kept for
+    execution at the next bar; an asset without a column leaves it out for all (the preflight says so)."""
+    have = lambda k: all(k in p for p in bar_prices)  # noqa: E731
+    kept = ("open",) if have("open") else ()
+    return kept + (("high", "low") if have("high") and have("low") else ())
 
 
 PERIODS_PER_YEAR_CONVENTIONS = (12.0, 52.0, 252.0, 365.0, 252.0 * 6.5, 252.0 * 7.0, 8760.0, 252.0 * 390.0,
@@ -220,7 +257,7 @@ def _resolve_columns(where: str, frame, mapping: Mapping[str, str]) -> dict[str,
 
 
 def _clean(where, frame, cols, features, spread_source, spread_bps, cs_window, min_spread_bps,
-           timestamp_format, dayfirst):
+           timestamp_format, dayfirst, *, max_spread_bps=None):
     import pandas as pd
 
     rows = frame.index.to_numpy()
@@ -274,8 +311,10 @@ def _clean(where, frame, cols, features, spread_source, spread_bps, cs_window, m
                 f"{where}, column {col!r}, row {rows[i]}: timestamps not sorted ({raw.iloc[i]!r} is before "
                 f"{raw.iloc[i - 1]!r} at row {rows[i - 1]})"
             )
-    spread = _spread(where, prices, cols, spread_source, spread_bps, cs_window, min_spread_bps)
-    return prices["close"], spread, ts
+    values, source = _spread(where, prices, cols, spread_source, spread_bps, cs_window, min_spread_bps)
+    if max_spread_bps is not None:
+        values = np.minimum(values, max_spread_bps * 1e-4)
+    return prices, (values, source), ts
 
 
 def _show(value: Any) -> str:

@@ -14,6 +14,11 @@ Features are computed once, on the host, when the data is built (never inside a 
   log(max(vol[t], vol_floor) / max(median_vol[t], vol_floor))`` with ``tiny = 1e-12``, both clipped
   to ``[-ratio_clip, ratio_clip]``.
 
+Optional bar prices ``open``, ``high``, ``low`` (``[num_assets, T]``, or None when the source has
+none of that column) are kept only for execution at the next bar (:mod:`rl_zerosync.envs.core`:
+MARKET orders at the next open, passive orders that must trade through the next bar's range); no
+feature reads them.
+
 Every feature at ``t`` depends on bars ``<= t`` only. Rows of assets shorter than ``T`` are padded
 after ``length[a]`` with the last bar and zero returns; ``valid_start[a]`` is the first bar whose
 features are warm (the env never starts an episode before it).
@@ -31,6 +36,8 @@ TENSOR_FIELDS = (
     "close", "log_ret", "ret", "spread", "median_spread", "vol", "median_vol", "ret_norm",
     "obs_spread", "obs_vol",
 )
+OPTIONAL_FIELDS = ("open", "high", "low")
+"""Bar prices a source may lack (None in ``MarketData`` then); padded like levels."""
 SPLITS = ("train", "validation", "test")
 _TINY = 1e-12
 DEFAULT_MAX_ABS_LOG_RETURN = 0.5
@@ -101,11 +108,22 @@ class MarketData:
     """Bars per year, for annualized metrics."""
     features: FeatureConfig = FeatureConfig()
     """How the features were computed."""
+    open: torch.Tensor | None = None
+    """Opening prices ``[num_assets, T]`` when the source has them (execution of MARKET orders)."""
+    high: torch.Tensor | None = None
+    """Bar highs when the source has high and low (passive orders must trade through them)."""
+    low: torch.Tensor | None = None
+    """Bar lows when the source has high and low."""
     segment: str = "all"
     """Time segment: "all", "train", "validation" or "test"."""
     source_info: Mapping[str, Any] | None = None
     """How the data was read (file sources): ``periods_per_year`` and where it came from, the spread
     source and median spread in bps per asset (see :func:`rl_zerosync.data.loaders.load_market`)."""
+
+    @property
+    def present_fields(self) -> tuple[str, ...]:
+        """Every tensor field held: :data:`TENSOR_FIELDS` and the optional prices that are not None."""
+        return TENSOR_FIELDS + tuple(f for f in OPTIONAL_FIELDS if getattr(self, f) is not None)
 
     @property
     def warmup(self) -> int:
@@ -128,7 +146,7 @@ class MarketData:
         device = torch.device(device)
         if self.close.device == device:
             return self
-        moved = {name: getattr(self, name).to(device) for name in TENSOR_FIELDS}
+        moved = {name: getattr(self, name).to(device) for name in self.present_fields}
         moved["valid_start"] = self.valid_start.to(device)
         moved["length"] = self.length.to(device)
         return replace(self, **moved)
@@ -181,9 +199,10 @@ class MarketData:
         """Bars ``[lo, hi)`` of each asset (``bounds[a]``) plus ``warmup`` bars of history before them."""
         lengths = self.length.cpu().tolist()  # host read: load-time slicing
         starts = self.valid_start.cpu().tolist()  # host read: load-time slicing
-        rows: dict[str, list[np.ndarray]] = {f: [] for f in TENSOR_FIELDS}
+        present = self.present_fields
+        rows: dict[str, list[np.ndarray]] = {f: [] for f in present}
         new_start, new_len, stamps, offs = [], [], [], []
-        host = {f: getattr(self, f).cpu().numpy() for f in TENSOR_FIELDS}  # host read: load time
+        host = {f: getattr(self, f).cpu().numpy() for f in present}  # host read: load time
         base_offsets = self.offsets or (0,) * self.num_assets
         for a, n in enumerate(lengths):
             lo, hi = bounds[a]
@@ -194,7 +213,7 @@ class MarketData:
                     f"{where}: asset {self.asset_names[a]!r} has {max(hi - first, 0)} tradable "
                     f"bars in this segment (of {n}); expected at least 2: use more data or other fractions"
                 )
-            for f in TENSOR_FIELDS:
+            for f in present:
                 rows[f].append(host[f][a, cut:hi])
             new_start.append(first - cut)
             new_len.append(hi - cut)
@@ -202,7 +221,7 @@ class MarketData:
             if self.timestamps is not None:
                 stamps.append(self.timestamps[a][cut:hi])
         width = max(new_len)
-        tensors = {f: torch.from_numpy(_pad_rows(rows[f], width, f)).to(self.device) for f in TENSOR_FIELDS}
+        tensors = {f: torch.from_numpy(_pad_rows(rows[f], width, f)).to(self.device) for f in present}
         return replace(
             self,
             **tensors,
@@ -294,8 +313,12 @@ def build_market(
     periods_per_year: float = 252.0,
     device: torch.device | str = "cpu",
     max_abs_log_return: float | None = None,
+    prices: Mapping[str, Sequence[np.ndarray]] | None = None,
 ) -> MarketData:
     """``MarketData`` from per-asset close prices and relative spreads (host arrays).
+
+    ``prices``: optional ``{"open" | "high" | "low": per-asset arrays}`` (same shapes as the closes;
+    high and low together), kept for execution at the next bar.
 
     Raises ValueError naming the asset and bar when a close is not finite and > 0, a spread is not
     finite and >= 0, lengths differ, or a series is shorter than ``warmup + 2`` bars; with
@@ -333,6 +356,7 @@ def build_market(
     width = max(lengths)
     device = torch.device(device)
     tensors = {f: torch.from_numpy(_pad_rows(rows[f], width, f)).to(device) for f in TENSOR_FIELDS}
+    tensors.update(_price_tensors(prices, names, lengths, width, device))
     return MarketData(
         **tensors,
         valid_start=torch.full((len(names),), cfg.warmup, dtype=torch.int64, device=device),
@@ -343,6 +367,32 @@ def build_market(
         periods_per_year=float(periods_per_year),
         features=cfg,
     )
+
+
+def _price_tensors(prices: Mapping[str, Sequence[np.ndarray]] | None, names: Sequence[str],
+                   lengths: Sequence[int], width: int, device: torch.device) -> dict[str, torch.Tensor]:
+    """The optional ``open`` / ``high`` / ``low`` tensors of :func:`build_market` (ValueError naming the
+    column: an unknown one, high without low, a wrong count or length, a price not finite and > 0)."""
+    prices = dict(prices or {})
+    unknown = sorted(set(prices) - set(OPTIONAL_FIELDS))
+    if unknown:
+        raise ValueError(f"market: unknown price column(s) {unknown}; expected some of {list(OPTIONAL_FIELDS)}")
+    if ("high" in prices) != ("low" in prices):
+        raise ValueError(f"market: expected both high and low price columns or neither, got {sorted(prices)}")
+    out = {}
+    for field, series in prices.items():
+        if len(series) != len(names):
+            raise ValueError(f"market: column {field!r}: expected {len(names)} series (one per asset), got {len(series)}")
+        rows = []
+        for a, x in enumerate(series):
+            x = np.asarray(x, dtype=np.float64)
+            if x.shape != (lengths[a],):
+                raise ValueError(f"market: asset {names[a]!r}, column {field!r}: expected {lengths[a]} bars "
+                                 f"(as the closes), got shape {x.shape}")
+            _check_series(names[a], field, x, positive=True)
+            rows.append(x)
+        out[field] = torch.from_numpy(_pad_rows(rows, width, field)).to(device)
+    return out
 
 
 def _check_series(asset: str, column: str, x: np.ndarray, *, positive: bool) -> None:

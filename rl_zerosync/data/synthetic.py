@@ -14,6 +14,12 @@ Generative model, per asset, bar ``t >= 1`` (all draws from ``numpy.random.defau
 * Relative spread ``s_t = spread_bps * 1e-4 * (sigma_t / vol_mean) ** spread_vol_elasticity *
   exp(spread_noise * k_t - spread_noise**2 / 2)``: spreads widen with volatility.
 
+* With ``ohlc=True`` (:func:`synthetic_bars`, drawn from a second generator ``default_rng([seed, 1])``
+  so the closes and spreads stay those above): ``open_t = close_{t-1} * exp(0.25 sigma_t a_t)``,
+  ``high_t = max(open_t, close_t) * exp(0.5 sigma_t |b_t|)``, ``low_t = min(open_t, close_t) *
+  exp(-0.5 sigma_t |c_t|)`` (``a, b, c`` standard normal; bar 0 opens at its close): bars for the
+  next-bar execution (MARKET at the open, passive orders through the range).
+
 Why it is learnable and not trivial: inside a trend the mean of the last K normalized returns (what
 the observation holds) estimates ``d * trend_drift`` with noise ``1 / sqrt(K)``; with the defaults
 (drift 0.2, K = 16, trends of ~200 bars) a momentum rule is right about 3 times in 4 inside trends
@@ -106,15 +112,34 @@ def synthetic_market(
     features: FeatureConfig | None = None,
     periods_per_year: float = 252.0,
     device: str = "cpu",
+    ohlc: bool = False,
     **model: Any,
 ) -> MarketData:
-    """``MarketData`` of :func:`synthetic_series` (keyword ``model`` arguments as documented there)."""
+    """``MarketData`` of :func:`synthetic_series` (keyword ``model`` arguments as documented there);
+    ``ohlc``: with open/high/low bars (:func:`synthetic_bars`)."""
+    if not isinstance(ohlc, bool):
+        raise ValueError(f"data.synthetic.ohlc: expected true or false, got {ohlc!r}")
     raw = synthetic_series(num_assets, num_bars, seed, **model)
+    prices = synthetic_bars(raw["close"], raw["sigma"], seed) if ohlc else None
     return build_market(
         list(raw["close"]), list(raw["spread"]),
         names=[f"synth{i}" for i in range(num_assets)],
         features=features, periods_per_year=periods_per_year, device=device,
+        prices={k: list(v) for k, v in prices.items()} if prices else None,
     )
+
+
+def synthetic_bars(close: np.ndarray, sigma: np.ndarray, seed: int) -> dict[str, np.ndarray]:
+    """Open, high and low ``[num_assets, num_bars]`` around the closes (module doc), from their own
+    generator so the closes do not change."""
+    rng = np.random.default_rng([seed, 1])
+    a, b, c = (rng.standard_normal(close.shape) for _ in range(3))
+    prev = np.concatenate((close[:, :1], close[:, :-1]), axis=1)
+    opened = prev * np.exp(0.25 * sigma * a)
+    opened[:, 0] = close[:, 0]
+    high = np.maximum(opened, close) * np.exp(0.5 * sigma * np.abs(b))
+    low = np.minimum(opened, close) * np.exp(-0.5 * sigma * np.abs(c))
+    return {"open": opened, "high": high, "low": low}
 
 
 def _check(name: str, v: Any, *, integer: bool = False, lo: float | None = None, hi: float | None = None,

@@ -3,9 +3,9 @@
 Timing of one step of env ``i`` at bar ``t = start + j`` (``j`` = steps done in the episode):
 
 1. The agent has seen the observation of bar ``t`` (features of bars ``<= t`` only).
-2. The action (factored index) sets the target position ``levels[e]``; the order executes at the
-   close of bar ``t`` with fill fraction ``f[o, u]`` (expected mode) or all-or-nothing with
-   probability ``f[o, u]`` (stochastic mode, uniform ``u24(seed, counter, STREAM_FILL, env_id)``):
+2. The action (factored index) sets the target position ``levels[e]``. With ``execution_lag: 0``
+   the order executes at the close of bar ``t`` with fill fraction ``f[o, u]`` (expected mode) or
+   all-or-nothing with probability ``f[o, u]`` (stochastic mode, uniform ``u24(seed, counter, STREAM_FILL, env_id)``):
    ``q = fill * (target - pos)``, ``pos' = pos + q``.
 3. ``cost = |q| * (fee + spread_frac[o, u] * spread_t + impact[o, u] * vol_t * |q|)``;
    ``pnl = pos' * ret[t+1]`` (simple return from the close of ``t`` to the close of ``t+1``);
@@ -15,6 +15,23 @@ Timing of one step of env ``i`` at bar ``t = start + j`` (``j`` = steps done in 
    ``stop_drawdown`` (when > 0). Ended envs are reset on the device (``torch.where``) to a new asset
    and start bar drawn from the counter-based RNG (:func:`reset_state`: one word
    ``bits(seed, counter, STREAM_RESET, env_id)`` and a hash of it), position 0, equity 1.
+
+With ``execution_lag: 1`` (the default; :func:`execute_next_bar`) the order decided at ``t`` executes on
+bar ``t+1``, whose prices the observation of ``t`` never holds. The want is ``w = target - pos``,
+``side = sign(w)``:
+
+* MARKET fills ``q = w`` at ``X = open[t+1]`` (``close[t+1]`` without opens) and costs
+  ``|q| * (fee + spread_frac[0, u] * spread_{t+1} + impact[0, u] * vol_{t+1} * |q|)``.
+* LIMIT / PASSIVE rest at ``L = close_t * (1 + side * spread_frac[o, u] * spread_t)`` and fill
+  ``q = f * w`` (expected mode; stochastic: ``w`` with probability ``f``) only when bar ``t+1``
+  trades through ``L`` (``low[t+1] <= L`` for a buy, ``high[t+1] >= L`` for a sell), else ``q = 0``;
+  ``X = L`` and the cost is ``|q| * (fee - rebate + impact[o, u] * vol_{t+1} * |q|)`` with ``rebate =
+  maker_rebate_bps * 1e-4``. A gap through ``L`` still fills at ``L`` (no price improvement), and
+  what did not fill is cancelled at the end of bar ``t+1`` (the next decision sends a new order).
+  Without high/low in the data they execute as MARKET (same urgency).
+* ``pnl = pos * ret[t+1] + q * (close[t+1] / X - 1)``: the old position earns the whole bar, the
+  traded part from its fill price (for ``X = close_t`` this is the same-bar ``pos' * ret[t+1]``).
+  The risk term uses ``vol_t`` as with lag 0.
 
 Positions are fractions of equity, held at constant weight over the bar. The observation of bar
 ``t`` is ``[ret_norm[t-K+1..t], pos, obs_spread[t], obs_vol[t], j / episode_len]``.
@@ -54,6 +71,8 @@ class EnvTables:
     num_bars: int
     num_assets: int
     periods_per_year: float
+    has_open: bool = False     # data.open is not None (MARKET at the next open)
+    has_range: bool = False    # data.high / low are not None (passive orders must trade through)
 
 
 def make_tables(data: MarketData, params: EnvParams) -> EnvTables:
@@ -90,6 +109,8 @@ def make_tables(data: MarketData, params: EnvParams) -> EnvTables:
         num_bars=data.num_bars,
         num_assets=data.num_assets,
         periods_per_year=data.periods_per_year,
+        has_open=data.open is not None,
+        has_range=data.high is not None and data.low is not None,
     )
 
 
@@ -206,13 +227,23 @@ def route_inputs(data: MarketData, state: EnvState) -> tuple[torch.Tensor, torch
 
 
 def execute(
-    data: MarketData, tables: EnvTables, state: EnvState, actions: torch.Tensor, counter: torch.Tensor
+    data: MarketData, tables: EnvTables, state: EnvState, actions: torch.Tensor, counter: torch.Tensor,
+    cost_scale: torch.Tensor | None = None, force_market: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, ...]:
-    """Execution of ``actions`` at each env's bar (steps 2-3 of the module doc):
-    ``(trade q, |q|, new position, cost, pnl, order type, vol_t)``. Reads ``state.asset``, ``t``, ``pos``
-    and ``env_id`` only; ``counter`` is the RNG step of the stochastic fills."""
+    """Execution of ``actions`` decided at each env's bar (steps 2-3 of the module doc):
+    ``(trade q, |q|, new position, cost, pnl, order type, vol_t, fill price X)`` (``X = close_t`` with
+    ``execution_lag: 0``). Reads ``state.asset``, ``t``, ``pos`` and ``env_id`` only; ``counter`` is
+    the RNG step of the stochastic fills.
+
+    ``cost_scale`` (f32[N], optional) multiplies each env's cost; ``force_market`` (bool[N],
+    optional) executes those envs' orders as MARKET of the same urgency (the sensitivity walks of
+    :mod:`rl_zerosync.evaluation.sensitivity`). ``execution_lag`` 1 goes to :func:`execute_next_bar`."""
     p = tables.params
+    if p.execution_lag == 1:
+        return execute_next_bar(data, tables, state, actions, counter, cost_scale, force_market)
     e, o, u = decode_t(actions)
+    if force_market is not None:
+        o = torch.where(force_market, torch.zeros_like(o), o)
     ou = o * 3 + u
     idx = state.asset * tables.num_bars + state.t
     fill = tables.fill[ou]
@@ -224,8 +255,55 @@ def execute(
     vol_t = data.vol.reshape(-1)[idx]
     size = trade.abs()
     cost = size * (p.fee + tables.spread_frac[ou] * spread_t + tables.impact[ou] * vol_t * size)
+    if cost_scale is not None:
+        cost = cost * cost_scale
     pnl = pos * data.ret.reshape(-1)[idx + 1]
-    return trade, size, pos, cost, pnl, o, vol_t
+    return trade, size, pos, cost, pnl, o, vol_t, data.close.reshape(-1)[idx]
+
+
+def execute_next_bar(
+    data: MarketData, tables: EnvTables, state: EnvState, actions: torch.Tensor, counter: torch.Tensor,
+    cost_scale: torch.Tensor | None = None, force_market: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, ...]:
+    """:func:`execute` with ``execution_lag: 1``: the order decided at bar ``t`` fills on bar ``t+1``
+    (module doc). No host read and no branch on tensor values (``torch.where``): CUDA-graph safe."""
+    p = tables.params
+    e, o, u = decode_t(actions)
+    if force_market is not None:
+        o = torch.where(force_market, torch.zeros_like(o), o)
+    if not tables.has_range:  # static: passive orders cannot be checked against a range -> MARKET
+        o = torch.zeros_like(o)
+    ou = o * 3 + u
+    idx = state.asset * tables.num_bars + state.t
+    nxt = idx + 1
+    want = tables.levels[e] - state.pos
+    fill = tables.fill[ou]
+    if p.fill_mode == "stochastic":
+        fill = (uniform24(p.seed, counter, STREAM_FILL, state.env_id) < fill).to(torch.float32)
+    close_t = data.close.reshape(-1)[idx]
+    close_n = data.close.reshape(-1)[nxt]
+    spread_n = data.spread.reshape(-1)[nxt]
+    vol_n = data.vol.reshape(-1)[nxt]
+    market_px = data.open.reshape(-1)[nxt] if tables.has_open else close_n
+    unit = p.fee + tables.spread_frac[ou] * spread_n
+    price = market_px
+    if tables.has_range:
+        resting = o > 0
+        side = torch.sign(want)
+        limit_px = close_t * (1.0 + side * tables.spread_frac[ou] * data.spread.reshape(-1)[idx])
+        crossed = torch.where(want > 0, data.low.reshape(-1)[nxt] <= limit_px,
+                              data.high.reshape(-1)[nxt] >= limit_px)
+        fill = torch.where(resting & ~crossed, torch.zeros_like(fill), fill)
+        price = torch.where(resting, limit_px, market_px)
+        unit = torch.where(resting, torch.full_like(unit, p.fee - p.maker_rebate_bps * 1e-4), unit)
+    trade = fill * want
+    pos = state.pos + trade
+    size = trade.abs()
+    cost = size * (unit + tables.impact[ou] * vol_n * size)
+    if cost_scale is not None:
+        cost = cost * cost_scale
+    pnl = state.pos * data.ret.reshape(-1)[nxt] + trade * (close_n / price - 1.0)
+    return trade, size, pos, cost, pnl, o, data.vol.reshape(-1)[idx], price
 
 
 def transition(
@@ -235,7 +313,7 @@ def transition(
     tables = as_tables(data, params)
     p = tables.params
     counter = state.counter + 1
-    trade, size, pos, cost, pnl, o, vol_t = execute(data, tables, state, actions, counter)
+    trade, size, pos, cost, pnl, o, vol_t, _ = execute(data, tables, state, actions, counter)
     net = pnl - cost
     risk = p.risk_penalty * (pos * vol_t).square()
     reward = p.reward_scale * (net - risk)

@@ -2,7 +2,8 @@
 
 The gymnasium env users get by default under ``"rl_zerosync/Trading-v0"`` (and
 :data:`~rl_zerosync.envs.gym_twin.ENV_ID_IMPORTABLE`): the maths of :mod:`rl_zerosync.envs.core`
-(fills by order type and urgency, costs, impact, PnL, risk penalty, equity, drawdown stop,
+(fills by order type and urgency, same-bar or next-bar execution with passive orders that must
+trade through the next bar's range, costs, impact, PnL, risk penalty, equity, drawdown stop,
 truncation, auto-reset) and its counter-based RNG (:mod:`rl_zerosync.kernels.rng`) reproduced for
 one env, at about 10 us per step instead of the ~1 ms of the torch reference
 :class:`~rl_zerosync.envs.gym_twin.TradingGymEnv` (a batch of one through the torch step function,
@@ -140,6 +141,13 @@ class NumpyTradingEnv(gym.Env):
 
         self._ret_norm, self._obs_spread, self._obs_vol = rows(d.ret_norm), rows(d.obs_spread), rows(d.obs_vol)
         self._spread, self._vol, self._ret = rows(d.spread), rows(d.vol), rows(d.ret)
+        self._close = rows(d.close)
+        self._lag = p.execution_lag
+        self._has_range = tables.has_range
+        self._open = rows(d.open) if tables.has_open else self._close  # MARKET at the next open, else close
+        self._high = rows(d.high) if tables.has_range else None
+        self._low = rows(d.low) if tables.has_range else None
+        self._resting_fee = np.float32(p.fee - p.maker_rebate_bps * 1e-4)
         self._num_assets = tables.num_assets
         self._start_lo = [int(v) for v in tables.start_lo.tolist()]  # host read: construction
         self._start_span = [int(v) for v in tables.start_span.tolist()]  # host read: construction
@@ -149,9 +157,11 @@ class NumpyTradingEnv(gym.Env):
         fill = [np.float32(v) for v in tables.fill.numpy()]  # host read: construction
         sfrac = [np.float32(v) for v in tables.spread_frac.numpy()]  # host read: construction
         impact = [np.float32(v) for v in tables.impact.numpy()]  # host read: construction
+        # order type executed: the action's, or MARKET where next-bar execution has no high/low
+        kind = [(a // 3) % 3 if p.execution_lag == 0 or tables.has_range else 0 for a in range(NUM_ACTIONS)]
         self._decode = tuple(
-            (levels[a // 9], fill[(a // 3) % 3 * 3 + a % 3], float(fill[(a // 3) % 3 * 3 + a % 3]) * 2.0**24,
-             sfrac[(a // 3) % 3 * 3 + a % 3], impact[(a // 3) % 3 * 3 + a % 3], 2 + (a // 3) % 3)
+            (levels[a // 9], fill[kind[a] * 3 + a % 3], float(fill[kind[a] * 3 + a % 3]) * 2.0**24,
+             sfrac[kind[a] * 3 + a % 3], impact[kind[a] * 3 + a % 3], 2 + kind[a])
             for a in range(NUM_ACTIONS)
         )
         self._fee = np.float32(p.fee)
@@ -228,14 +238,17 @@ class NumpyTradingEnv(gym.Env):
         if self._stochastic:
             # uniform24 < fill  <=>  bits24 < fill * 2**24 (both sides exact)
             fill = _F1 if (_bits(self._key, counter, STREAM_FILL, self._env_id) >> 8) < fill_thresh else _F0
-        pos = self._pos
-        trade = fill * (level - pos)
-        pos = pos + trade
-        spread_t = self._spread[asset][t]
-        vol_t = self._vol[asset][t]
-        size = abs(trade)
-        cost = size * ((self._fee + sfrac * spread_t) + impact * vol_t * size)
-        pnl = pos * self._ret[asset][t + 1]
+        if self._lag == 1:
+            trade, pos, size, cost, pnl, vol_t = self._next_bar(asset, t, level, fill, sfrac, impact, cost_col)
+        else:
+            pos = self._pos
+            trade = fill * (level - pos)
+            pos = pos + trade
+            spread_t = self._spread[asset][t]
+            vol_t = self._vol[asset][t]
+            size = abs(trade)
+            cost = size * ((self._fee + sfrac * spread_t) + impact * vol_t * size)
+            pnl = pos * self._ret[asset][t + 1]
         net = pnl - cost
         pv = pos * vol_t
         reward = self._scale * (net - self._risk * (pv * pv))
@@ -269,6 +282,31 @@ class NumpyTradingEnv(gym.Env):
         return obs, float(reward), terminated, truncated, info
 
     # ---------------------------------------------------------------- internals
+    def _next_bar(self, asset: int, t: int, level, fill, sfrac, impact, cost_col: int) -> tuple:
+        """:func:`rl_zerosync.envs.core.execute_next_bar` for this env, in its float32 order:
+        ``(trade, position, |trade|, cost, pnl, vol_t)``."""
+        pos0 = self._pos
+        want = level - pos0
+        close_t, close_n = self._close[asset][t], self._close[asset][t + 1]
+        spread_n, vol_n = self._spread[asset][t + 1], self._vol[asset][t + 1]
+        market_px = self._open[asset][t + 1]
+        unit = self._fee + sfrac * spread_n
+        price = market_px
+        if self._has_range and cost_col > 2:  # LIMIT / PASSIVE rest at L until bar t+1 trades through it
+            side = np.sign(want)
+            limit_px = close_t * (_F1 + side * sfrac * self._spread[asset][t])
+            crossed = self._low[asset][t + 1] <= limit_px if want > _F0 else self._high[asset][t + 1] >= limit_px
+            if not crossed:
+                fill = _F0
+            price = limit_px
+            unit = self._resting_fee
+        trade = fill * want
+        pos = pos0 + trade
+        size = abs(trade)
+        cost = size * (unit + impact * vol_n * size)
+        pnl = pos0 * self._ret[asset][t + 1] + trade * (close_n / price - _F1)
+        return trade, pos, size, cost, pnl, self._vol[asset][t]
+
     def _reset_episode(self) -> None:
         """New asset and start bar from the RNG at the current step counter (core.reset_state)."""
         word = _bits(self._key, self._counter, STREAM_RESET, self._env_id)

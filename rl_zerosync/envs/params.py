@@ -12,6 +12,19 @@ urgency, tables indexed ``[o][u]`` with rows MARKET, LIMIT, PASSIVE and columns 
   spread).
 * Higher urgency never fills less nor costs less: each row of ``fill_prob``, ``spread_frac`` and
   ``impact`` must be non-decreasing from LOW to HIGH.
+
+``execution_lag`` (default 1) says when the order decided on bar ``t``'s observation executes:
+
+* ``0``: at the close of ``t`` as above, every order type filling ``f`` whatever bar ``t+1`` does
+  (the model of the earlier versions, kept bit for bit for comparison and for their checkpoints).
+* ``1``: on bar ``t+1``. MARKET fills fully at the open of ``t+1`` (the close of ``t+1`` when the
+  data has no opens) and pays ``spread_frac[0][u] * spread_{t+1}`` (half the spread by default) and
+  impact. LIMIT and PASSIVE rest at ``L = close_t * (1 + side * spread_frac[o][u] * spread_t)``
+  (``side`` +1 buy, -1 sell: ``spread_frac`` is now the limit's offset from the close as a fraction
+  of the spread) and fill only when bar ``t+1`` trades through it (``low <= L`` for a buy, ``high >=
+  L`` for a sell), with fraction / probability ``f`` applied only then, at ``L``; they pay ``fee -
+  maker_rebate_bps * 1e-4`` plus impact (no rebate by default). Data without high/low executes
+  LIMIT and PASSIVE orders as MARKET (the preflight line says so). See :mod:`rl_zerosync.envs.core`.
 """
 from __future__ import annotations
 
@@ -24,6 +37,10 @@ from rl_zerosync.actions import DEFAULT_EXPOSURE_LEVELS, NUM_EXPOSURES, NUM_ORDE
 Table = tuple[tuple[float, float, float], tuple[float, float, float], tuple[float, float, float]]
 
 FILL_MODES = ("expected", "stochastic")
+EXECUTION_LAGS = (0, 1)
+LEGACY_EXECUTION_LAG = 0
+"""The execution lag of runs whose ``settings.yaml`` has no ``env.execution_lag`` (written before the
+key existed: trained, selected and reported under same-bar fills), see :func:`with_recorded_lag`."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +71,13 @@ class EnvParams:
     """Terminate an episode when its drawdown from the peak equity reaches this (0 disables)."""
     seed: int = 0
     """Seed of the counter-based RNG (episode offsets, assets, stochastic fills)."""
+    execution_lag: int = 1
+    """Bars between the observation an order is decided on and its execution: 1 (next bar: MARKET at
+    the next open, passive orders only if the next bar trades through their price) or 0 (same-bar
+    close, every order type filling its fraction: the earlier versions' model)."""
+    maker_rebate_bps: float = 0.0
+    """Rebate in bps of notional earned by a filled LIMIT / PASSIVE order under ``execution_lag: 1``
+    (0: none; the passive price offset of ``spread_frac`` is the only gain of resting)."""
     stagger_start: bool = False
     """Training envs of the GPU env runner start their first episode at a random step counter in
     ``[0, episode_len)`` (so episodes do not all end in the same iteration); later episodes are
@@ -97,6 +121,12 @@ class EnvParams:
             raise ValueError("EnvParams.reward_scale: expected a value > 0, got 0.0")
         if self.stop_drawdown >= 1.0:
             raise ValueError(f"EnvParams.stop_drawdown: expected a value in [0, 1), got {self.stop_drawdown}")
+        if isinstance(self.execution_lag, bool) or self.execution_lag not in EXECUTION_LAGS:
+            raise ValueError(f"EnvParams.execution_lag: expected one of {EXECUTION_LAGS}, got {self.execution_lag!r}")
+        rebate = _check_float("maker_rebate_bps", self.maker_rebate_bps)
+        if rebate < 0.0:
+            raise ValueError(f"EnvParams.maker_rebate_bps: expected a value >= 0, got {rebate}")
+        object.__setattr__(self, "maker_rebate_bps", rebate)
         if self.fill_mode not in FILL_MODES:
             raise ValueError(f"EnvParams.fill_mode: expected one of {FILL_MODES}, got {self.fill_mode!r}")
 
@@ -114,6 +144,14 @@ class EnvParams:
         if unknown:
             raise ValueError(f"env config: unknown key(s) {unknown}; allowed keys are {allowed}")
         return cls(**cfg)
+
+
+def with_recorded_lag(env_cfg: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A run's ``env`` settings with ``execution_lag`` as the run used it: the recorded value, or
+    :data:`LEGACY_EXECUTION_LAG` when ``settings.yaml`` predates the key (new runs always record it)."""
+    out = dict(env_cfg or {})
+    out.setdefault("execution_lag", LEGACY_EXECUTION_LAG)
+    return out
 
 
 def _check_int(name: str, value: Any, minimum: int) -> None:

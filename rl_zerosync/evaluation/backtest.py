@@ -193,7 +193,7 @@ def best_rule(baselines: Mapping[str, Mapping[str, Any]], metric: str = "sharpe"
     return max(RULES, key=lambda r: (baselines[r]["mean"][metric], -RULES.index(r)))
 
 
-BAR_COLUMNS = ("timestamp", "bar", "asset", "price", "position", "trade", "cost", "net_return", "equity",
+BAR_COLUMNS = ("timestamp", "bar", "asset", "price", "position", "trade", "fill_price", "cost", "net_return", "equity",
                "benchmark_equity")
 """Columns of :func:`bar_table` (``timestamp`` only when the data has timestamps)."""
 
@@ -218,13 +218,16 @@ def bar_table(result: EvalResult):
 
     A row is one bar at its close: ``timestamp`` (when the data has timestamps) and ``bar`` (the
     bar's index in the asset's full series: its data row for file data) locate it, ``price`` is
-    its close, ``position`` the exposure held over the bar, set at the previous bar's close by
-    ``trade`` (the change in position), which cost ``cost`` (fraction of equity), and
-    ``net_return = position * (price / previous price - 1) - cost`` (the metrics' ``r_i``).
-    ``equity`` is the equity at the bar's close, compounded from 1 (the metrics' ``E_i``: the last
-    row of an asset is ``1 + total_return``), ``benchmark_equity`` the same for the buy-and-hold
-    rule on the same bars (same execution and costs; NaN without baselines). An asset's first row
-    is its first tradable bar: flat, equity 1.
+    its close, ``position`` the exposure held at its close, reached by ``trade`` (the change in
+    position), filled at ``fill_price`` (NaN without a trade): with ``env.execution_lag`` 1 during
+    this bar (its open, its close without opens, or a passive order's limit price), decided at the
+    previous close; with lag 0 at the previous close itself. It cost ``cost`` (fraction of equity),
+    and ``net_return = previous position * (price / previous price - 1) + trade * (price /
+    fill_price - 1) - cost`` (the metrics' ``r_i``; with lag 0 this is ``position * (price /
+    previous price - 1) - cost``). ``equity`` is the equity at the bar's close, compounded from 1 (the
+    metrics' ``E_i``: the last row of an asset is ``1 + total_return``), ``benchmark_equity`` the
+    same for the buy-and-hold rule on the same bars (same execution and costs; NaN without
+    baselines). An asset's first row is its first tradable bar: flat, equity 1.
     """
     import pandas as pd
 
@@ -240,9 +243,11 @@ def bar_table(result: EvalResult):
         cols["bar"] = result.bars[a]
         cols["asset"] = name
         cols["price"] = result.prices[a] if result.prices else np.full(n + 1, np.nan)
-        for out, key in (("position", "position"), ("trade", "trade"), ("cost", "cost"), ("net_return", "net")):
+        for out, key in (("position", "position"), ("trade", "trade"), ("fill_price", "fill_price"),
+                         ("cost", "cost"), ("net_return", "net")):
             # row 0 is the start (flat); row k holds step k-1 of the walk
             cols[out] = np.concatenate(([0.0], np.asarray(rec[key], dtype=np.float64)))
+        cols["fill_price"] = np.where(cols["trade"] != 0.0, cols["fill_price"], np.nan)
         cols["equity"] = result.equity[a]
         cols["benchmark_equity"] = bench[a] if bench is not None else np.full(n + 1, np.nan)
         frames.append(pd.DataFrame(cols))

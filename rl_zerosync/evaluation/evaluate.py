@@ -14,9 +14,10 @@ test). Writes to the output directory:
 * ``bars_<segment>.csv`` (and ``.parquet`` when pyarrow is installed) per evaluated segment
   (``validation``, ``test``; ``all`` for ``--data``): one row per asset and bar with ``timestamp``
   (when the data has timestamps), ``bar`` (the bar's index in the asset's series), ``asset``,
-  ``price`` (close), ``position`` (exposure held over the bar), ``trade`` (the change in position
-  into it, made at the previous bar's close), ``cost`` (of that trade, fraction of equity),
-  ``net_return`` (``position * (price / previous price - 1) - cost``), ``equity`` (from 1) and
+  ``price`` (close), ``position`` (exposure held at its close), ``trade`` (the change in position
+  into it), ``fill_price`` (its price: within the bar with execution lag 1), ``cost`` (of that
+  trade, fraction of equity), ``net_return`` (the previous position's return over the bar plus the
+  trade's from its fill price, less the cost), ``equity`` (from 1) and
   ``benchmark_equity`` (the buy-and-hold rule, same execution and costs); see :func:`rl_zerosync.evaluation.backtest.bar_table`. The last ``equity`` of an
   asset is ``1 + total_return`` of its metrics.
 * ``portfolio_<segment>.csv`` (and ``.parquet``): the equal-weight portfolio of the assets (the mean
@@ -262,6 +263,7 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | None = None,
     (with ``data``: chosen on that file, in sample, and marked so). ``overrides``: ``--set
     data.KEY=VALUE`` items for the evaluated data (any other section: ``SettingsError``)."""
     from rl_zerosync.evaluation.report_plot import plot_report
+    from rl_zerosync.evaluation.sensitivity import execution_line, execution_report
 
     ev = _load(checkpoint, data, out_dir, which, device, overrides)
     report = _report_head(ev)
@@ -272,11 +274,13 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | None = None,
     if train is not None:
         report["segments"]["train"] = train.summary()
     report["overlap"], report["warnings"] = _check_overlap(ev, results, train_market)
+    report["execution"] = execution_report(ev, results)  # settings, spreads, cost sensitivity
     png = ev.out_dir / "report.png"
-    plot_report(results, portfolios, png)
+    plot_report(results, portfolios, png, execution=report["execution"])
     report["outputs"] = {"metrics_json": str(ev.out_dir / "metrics.json"), "report_png": str(png), **outputs}
     report["summary"] = _summary(ev, results, report, train)
-    report["summary_line"] = _summary_line(ev, results[ev.segments[-1]], report, png)
+    report["summary_line"] = (_summary_line(ev, results[ev.segments[-1]], report, png)
+                              + execution_line(report["execution"]))
     _write_report(report, ev.out_dir)
     return report
 
@@ -287,6 +291,7 @@ def _load(checkpoint: str | Path, data: str | None, out_dir: str | Path | None, 
     and make the output directory; every bad input fails here, before any walk."""
     from rl_zerosync.rundir.checkpoints import SETTINGS_FILE, read_run_state, verified_checkpoint
     from rl_zerosync.envs import EnvParams
+    from rl_zerosync.envs.params import with_recorded_lag
     from rl_zerosync.data.data_settings import check_data_keys
     from rl_zerosync.evaluation.validation import routing_thresholds
 
@@ -302,7 +307,8 @@ def _load(checkpoint: str | Path, data: str | None, out_dir: str | Path | None, 
     return _Evaluation(
         ckpt=ckpt, settings=settings, run_state=read_run_state(ckpt), data_file=data, overrides=overrides,
         data_cfg=data_cfg, segments=segments, device=dev, mode=settings["model"]["action_mode"],
-        params=EnvParams.from_dict(settings.get("env")), routing=routing_thresholds(settings.get("runner")),
+        params=EnvParams.from_dict(with_recorded_lag(settings.get("env"))),
+        routing=routing_thresholds(settings.get("runner")),
         policy=greedy_policy(module), out_dir=out)
 
 

@@ -21,9 +21,10 @@ ORDER_TYPES = ("MKT", "LMT", "PAS")
 URGENCIES = ("low", "norm", "high")
 
 
-def plot_report(results: dict, portfolios: dict, path: Path) -> None:
+def plot_report(results: dict, portfolios: dict, path: Path, execution: dict | None = None) -> None:
     """Draw the report figure of ``results`` (segment -> walk) and ``portfolios`` (segment ->
-    portfolio table) into ``path``: one column per segment, the mix panels below."""
+    portfolio table) into ``path``: one column per segment, the mix panels below, and with
+    ``execution`` (``metrics.json``'s key) the cost-sensitivity panel at the bottom."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -31,12 +32,15 @@ def plot_report(results: dict, portfolios: dict, path: Path) -> None:
 
     segments = list(results)
     ncol = len(segments)
-    fig = plt.figure(figsize=(7.5 * max(ncol, 2), 13))
-    grid = fig.add_gridspec(4, 2, height_ratios=[3.0, 1.3, 1.3, 1.7])
+    rows = 5 if execution else 4
+    fig = plt.figure(figsize=(7.5 * max(ncol, 2), 13 + 2.5 * (rows - 4)))
+    grid = fig.add_gridspec(rows, 2, height_ratios=[3.0, 1.3, 1.3, 1.7, 1.7][:rows])
     for c, segment in enumerate(segments):
         col = slice(None) if ncol == 1 else c
         _segment_column(fig, grid, col, segment, results[segment], portfolios[segment])
     _mix_panels(fig, grid, results)
+    if execution:
+        _sensitivity_panel(fig.add_subplot(grid[4, :]), execution)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -104,7 +108,7 @@ def _position_panel(ax_pos, res, port, px) -> None:
                 label="portfolio (mean)" if many else None)
     ax_pos.set_ylim(-1.1, 1.1)
     ax_pos.axhline(0.0, color="0.7", lw=0.6)
-    ax_pos.set_title("position (exposure held over each bar)", fontsize=9)
+    ax_pos.set_title("position (at each bar's close)", fontsize=9)
     if few:
         ax_pos.legend(fontsize=7, ncol=4, loc="upper left")
 
@@ -154,6 +158,21 @@ def _mix_panels(fig, grid, results: dict) -> None:
     if ncol > 1:
         ax_exp.legend(fontsize=7)
         ax_route.legend(fontsize=7)
+
+
+def _sensitivity_panel(ax, execution: dict) -> None:
+    """Sharpe of the policy and the best rule per sensitivity variant (cost x0/x1/x2/x4, all MARKET)."""
+    s = execution["sensitivity"]
+    names = list(s["policy_sharpe"])
+    x = np.arange(len(names))
+    ax.bar(x - 0.2, [s["policy_sharpe"][n] for n in names], 0.4, label="policy")
+    ax.bar(x + 0.2, [s["best_rule_sharpe"][n] for n in names], 0.4, label=f"best rule {s['best_rule']['label']}")
+    ax.axhline(0.0, color="k", lw=0.6)
+    ax.set_xticks(x, [n.replace("cost_", "cost ").replace("_", " ") for n in names])
+    ax.set_ylabel("Sharpe")
+    ax.set_title(f"{s['segment']}: cost and execution sensitivity (execution lag "
+                 f"{execution['settings']['execution_lag']})", fontsize=10)
+    ax.legend(fontsize=8)
 
 
 def _mix_shares(counts) -> tuple[list, list[str], list]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
@@ -63,13 +63,18 @@ class RuleWalk:
     """All rule variants on one segment: one batched walk, envs = variants x assets."""
 
     def __init__(self, data: MarketData, params: EnvParams, routing: Optional[Mapping[str, float]] = None,
-                 *, chunk: int = 64, graph: bool = True) -> None:
-        self.variants = variants()
+                 *, chunk: int = 64, graph: bool = True, rule_variants: Optional[Sequence[RuleVariant]] = None,
+                 cost_scale: Optional[Sequence[float]] = None, force_market: Optional[Sequence[bool]] = None) -> None:
+        """``rule_variants``: walk these (default: :func:`variants`, every one); ``cost_scale`` /
+        ``force_market``: one value per walked variant (see :class:`SegmentWalk`)."""
+        self.variants = list(rule_variants) if rule_variants is not None else variants()
         v, a = len(self.variants), data.num_assets
         dev = data.device
         route_mask = torch.tensor([x.rule in TUNED_RULES for x in self.variants], device=dev).repeat_interleave(a)
+        per_variant = lambda x: None if x is None else torch.tensor(list(x)).repeat_interleave(a)  # noqa: E731
         self.walk = SegmentWalk(data, params, replicas=v, routing=routing or {}, route_mask=route_mask,
-                                chunk=chunk, graph=graph)  # one whole walk per variant: no splits
+                                chunk=chunk, graph=graph, cost_scale=per_variant(cost_scale),
+                                force_market=per_variant(force_market))  # one whole walk per variant: no splits
         levels = params.exposure_levels
         self._long, self._short = int(np.argmax(levels)), int(np.argmin(levels))
         self._levels = torch.tensor(levels, dtype=torch.float32, device=dev)
@@ -102,6 +107,12 @@ class RuleWalk:
         a = self.walk.data.num_assets
         return {x.label: [self.walk.env_records(rec, k, replica=i) for k in range(a)]
                 for i, x in enumerate(self.variants)}
+
+    def run_replicas(self) -> list[list[dict[str, Any]]]:
+        """Per walked variant (in order, repeats kept): per-asset records (host) of the walk."""
+        rec = self.walk.run(self._act, key="rules")
+        a = self.walk.data.num_assets
+        return [[self.walk.env_records(rec, k, replica=i) for k in range(a)] for i in range(len(self.variants))]
 
 
 def choose(variant_means: Mapping[str, Mapping[str, float]], metric: str = "sharpe") -> dict[str, str]:

@@ -34,8 +34,10 @@ from rl_zerosync.envs.core import EnvTables, execute, make_tables, observe, rout
 from rl_zerosync.data.market import MarketData
 from rl_zerosync.envs.params import EnvParams
 
-RECORD_KEYS = ("net", "pnl", "cost", "trade", "position", "action", "order_type")
-"""Per-bar records of a walk (``action`` = the factored action executed)."""
+RECORD_KEYS = ("net", "pnl", "cost", "trade", "position", "action", "order_type", "fill_price")
+"""Per-bar records of a walk (``action`` = the factored action executed, ``fill_price`` = the price
+the trade filled at: the bar's close with ``execution_lag: 0``, the next open / close or the limit price
+with lag 1; see :func:`rl_zerosync.envs.core.execute`)."""
 
 
 @dataclass
@@ -68,11 +70,14 @@ class SegmentWalk:
             it as a MARKET order of NORMAL urgency.
         chunk: Steps per captured CUDA graph.
         graph: Capture on CUDA (default True); eager on the CPU either way.
+        cost_scale: f32[E] (optional): each env's costs multiplied by it (cost sensitivity).
+        force_market: bool[E] (optional): those envs execute every order as MARKET (same urgency).
     """
 
     def __init__(self, data: MarketData, params: EnvParams, *, replicas: int = 1,
                  routing: Optional[Mapping[str, float]] = None, route_mask: Optional[torch.Tensor] = None,
-                 chunk: int = 64, graph: bool = True, split_bars: int = 0, split_warmup: int = 128) -> None:
+                 chunk: int = 64, graph: bool = True, split_bars: int = 0, split_warmup: int = 128,
+                 cost_scale: Optional[torch.Tensor] = None, force_market: Optional[torch.Tensor] = None) -> None:
         for name, v, lo in (("replicas", replicas, 1), ("chunk", chunk, 1), ("split_bars", split_bars, 0),
                             ("split_warmup", split_warmup, 0)):
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
@@ -101,6 +106,8 @@ class SegmentWalk:
         self._first = first[asset] + offset - lead
         self._step0 = (offset - lead) % params.episode_len
         self._last = last[asset]
+        self.cost_scale = _per_env("cost_scale", cost_scale, e, torch.float32, dev)
+        self.force_market = _per_env("force_market", force_market, e, torch.bool, dev)
         self.chunk = chunk
         self.num_chunks = -(-(self.split_len + self.warm) // chunk)
         self.state = WalkState(
@@ -172,9 +179,10 @@ class SegmentWalk:
                 if self.route_fn is not None:
                     actions = self.route_fn(actions, st)
                 counter = st.counter + 1
-                trade, _, pos, cost, pnl, order, _ = execute(data, tables, st, actions, counter)
+                trade, _, pos, cost, pnl, order, _, price = execute(data, tables, st, actions, counter,
+                                                                    self.cost_scale, self.force_market)
                 row = torch.stack((pnl - cost, pnl, cost, trade, pos, actions.to(torch.float32),
-                                   order.to(torch.float32)))
+                                   order.to(torch.float32), price))
                 self.records.index_copy_(1, self._j, row[:, None, :])
                 self._j.add_(1)
                 st = WalkState(env_id=st.env_id, asset=st.asset, t=torch.minimum(st.t + 1, self._last),
@@ -235,3 +243,15 @@ class SegmentWalk:
         with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             self._chunk_body(act)
         return graph
+
+
+def _per_env(name: str, values: Optional[torch.Tensor], num_envs: int, dtype: torch.dtype,
+             device: torch.device) -> Optional[torch.Tensor]:
+    """``values`` as a ``dtype[num_envs]`` tensor on ``device`` (ValueError naming ``name`` on a wrong shape)."""
+    if values is None:
+        return None
+    values = torch.as_tensor(values)
+    if values.shape != (num_envs,):
+        raise ValueError(f"SegmentWalk.{name}: expected one value per env (shape ({num_envs},)), got shape "
+                         f"{tuple(values.shape)}")
+    return values.to(device=device, dtype=dtype)

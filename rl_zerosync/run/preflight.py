@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from typing import Any, Mapping
 
 import numpy as np
@@ -197,6 +198,9 @@ def check_data(settings, *, segments: bool = True) -> dict[str, Any]:
     if full.source_info is not None:
         out["data"] = dict(full.source_info)
         print(data_line(full.source_info), flush=True)
+    spreads, execution = _spread_and_execution_lines(full, cfg, params)
+    if "data" in out:  # file data: how it was read, its spreads and how orders execute on it
+        out["data"].update(spreads=spreads, execution=execution)
     if not segments:
         return out
     wanted = [s for s in SEGMENTS if s != "test" or settings.run.evaluate]
@@ -229,6 +233,24 @@ def data_line(info: Mapping[str, Any]) -> str:
         spread += f" (assets {min(bps):.2f}-{max(bps):.2f})"
     return (f"data: periods_per_year {info['periods_per_year']:g} ({info['periods_per_year_source']}) | "
             f"spread: {'/'.join(sources)}, {spread}")
+
+
+def _spread_and_execution_lines(full, cfg, params) -> tuple[dict, dict]:
+    """Print the spread line (per asset source, median and range next to the floor / fixed / cap
+    settings; its warnings on stderr) and the execution line (lag, where MARKET fills, what passive
+    orders do without high/low); returns both as data."""
+    from rl_zerosync.data.spreads import spread_line, spread_report
+    from rl_zerosync.evaluation.sensitivity import execution_settings
+
+    spreads = spread_report(full, cfg)
+    print(spread_line(spreads), flush=True)
+    for w in spreads["warnings"]:
+        print(f"warning: data: {w}", file=sys.stderr, flush=True)
+    ex = execution_settings(params, full)
+    print(f"execution: env.execution_lag {ex['execution_lag']} | MARKET orders: {ex['market_orders']} | "
+          f"LIMIT/PASSIVE: {ex['limit_and_passive_orders']} | maker rebate {ex['maker_rebate_bps']:g} bps",
+          flush=True)
+    return spreads, ex
 
 
 def _with_files(msg: str, files: Mapping[str, str]) -> str:

@@ -56,7 +56,8 @@ OUTPUT_COLUMNS = ("action", "exposure", "order_type", "urgency")
 METADATA_FILE = "metadata.json"
 """Name of the metadata inside a TorchScript file (``torch.jit.load(..., _extra_files=...)``)."""
 FORMAT_VERSION = 1
-_SPREAD_KEYS = ("spread_source", "spread_bps", "cs_window", "min_spread_bps", "timestamp_format", "dayfirst")
+_SPREAD_KEYS = ("spread_source", "spread_bps", "cs_window", "min_spread_bps", "timestamp_format", "dayfirst",
+                "max_spread_bps")
 
 
 class GreedyPolicyNet(nn.Module):
@@ -114,12 +115,23 @@ def _data_metadata(data: dict) -> dict[str, Any]:
     return out
 
 
+def execution_metadata(params) -> dict[str, Any]:
+    """When the policy's actions are meant to execute: the run's ``env.execution_lag`` and how."""
+    lag = params.execution_lag
+    how = ("the action decided on a bar's close executes on the NEXT bar: MARKET at its open (its close "
+           "without opens), LIMIT/PASSIVE resting at close * (1 + side * spread_frac * spread) until that "
+           "bar trades through" if lag == 1 else
+           "the action decided on a bar's close executes at that same close (same-bar fills, the model the "
+           "policy was trained and selected under: live results will be worse by a bar's latency)")
+    return {"execution_lag": lag, "maker_rebate_bps": params.maker_rebate_bps, "how": how}
+
+
 def policy_metadata(settings: dict, checkpoint: Path | None = None, run_state: dict | None = None) -> dict[str, Any]:
     """Everything needed to build the exported net's inputs from bars, from a run's settings."""
     from rl_zerosync.data.market import FeatureConfig
-    from rl_zerosync.envs.params import EnvParams
+    from rl_zerosync.envs.params import EnvParams, with_recorded_lag
 
-    params = EnvParams.from_dict(settings.get("env"))
+    params = EnvParams.from_dict(with_recorded_lag(settings.get("env")))
     data = dict(settings.get("data") or {})
     features = FeatureConfig.from_dict(data.get("features"))
     k = params.window
@@ -146,6 +158,7 @@ def policy_metadata(settings: dict, checkpoint: Path | None = None, run_state: d
         "window": k,
         "episode_len": params.episode_len,
         "exposure_levels": list(params.exposure_levels),
+        "execution": execution_metadata(params),
         "routing": resolved_routing(settings),  # thresholds; applied in routed mode only
         "features": asdict(features),
         "data": _data_metadata(data),

@@ -22,6 +22,11 @@ env's :func:`~rl_zerosync.envs.core.observe` at the last bar, so it is the env's
 bar whenever the bars reach back as far as the env's series did (features are causal; with fewer
 bars the EWMA volatility and the trailing medians start later: give ``recommended_bars``).
 
+Execution: the action is meant to be executed one bar later (``execution_lag`` 1, the default
+of training): decided on the last bar's close, sent as a MARKET order for the next open or as a
+LIMIT/PASSIVE order resting over the next bar (:mod:`rl_zerosync.envs.core`); ``execution`` holds
+the run's setting (policies trained before it existed report ``execution_lag`` 0: same-bar fills).
+
 ``position`` is the current position as a fraction of equity (the env's ``pos``); ``step`` the
 number of bars traded in the current episode, which only feeds the progress feature ``(step %
 episode_len) / episode_len`` (evaluation cycles it every ``episode_len`` bars the same way).
@@ -138,6 +143,18 @@ class Policy:
         """Bars after which the features no longer depend on where the series starts (to ~1e-6)."""
         return int(self.metadata["recommended_bars"])
 
+    @property
+    def execution_lag(self) -> int:
+        """Bars between the bar acted on and the execution the policy was trained for (1: the next
+        bar; 0: the same close, for policies exported before the setting existed)."""
+        return int(self.execution["execution_lag"])
+
+    @property
+    def execution(self) -> dict[str, Any]:
+        """How the policy's actions are meant to execute (the export's ``execution`` metadata)."""
+        return dict(self.metadata.get("execution") or {"execution_lag": 0, "maker_rebate_bps": 0.0,
+                                                       "how": "exported before execution_lag: same-bar fills"})
+
     def target_position(self, action: Action) -> float:
         """The exposure level of ``action``: the target position as a fraction of equity."""
         return float(self.params.exposure_levels[int(action.exposure)])
@@ -186,8 +203,10 @@ class Policy:
         d = self.data_settings
         cols = _resolve_columns("bars", frame, d.get("columns") or {})
         # private loader helpers: the very cleaning and spread maths the training data went through
-        close, spread, _ = _clean("bars", frame, cols, self.features, d["spread_source"], d["spread_bps"],
-                                  d["cs_window"], d["min_spread_bps"], d["timestamp_format"], d["dayfirst"])
+        prices, spread, _ = _clean("bars", frame, cols, self.features, d["spread_source"], d["spread_bps"],
+                                   d["cs_window"], d["min_spread_bps"], d["timestamp_format"], d["dayfirst"],
+                                   max_spread_bps=d.get("max_spread_bps"))
+        close = prices["close"]
         if isinstance(spread, tuple):  # (spread, the source used) from newer loaders
             spread = spread[0]
         check_log_returns(f"bars, column {cols['close']!r}", close, d.get("max_abs_log_return"),
