@@ -261,6 +261,7 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | None = None,
     The rules' variants are chosen on the validation segment and frozen for the test segment
     (with ``data``: chosen on that file, in sample, and marked so). ``overrides``: ``--set
     data.KEY=VALUE`` items for the evaluated data (any other section: ``SettingsError``)."""
+    from rl_zerosync.evaluation.evidence import add_evidence
     from rl_zerosync.evaluation.report_plot import plot_report
 
     ev = _load(checkpoint, data, out_dir, which, device, overrides)
@@ -276,6 +277,7 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | None = None,
     plot_report(results, portfolios, png)
     report["outputs"] = {"metrics_json": str(ev.out_dir / "metrics.json"), "report_png": str(png), **outputs}
     report["summary"] = _summary(ev, results, report, train)
+    add_evidence(report, results, ev.segments, ev.ckpt.parent, ev.settings["run"].get("eval_metric", "sharpe"))
     report["summary_line"] = _summary_line(ev, results[ev.segments[-1]], report, png)
     _write_report(report, ev.out_dir)
     return report
@@ -433,6 +435,7 @@ def _summary_line(ev: _Evaluation, last, report: dict, png: Path) -> str:
         f"{last.segment}: sharpe {s['sharpe']:+.2f} (flat +0.00, buy&hold {s['rules']['buy_and_hold']:+.2f}, "
         f"best rule: {s['best_rule']} {s['best_rule_sharpe']:+.2f}) | {returns} | "
         f"max drawdown {100 * s['max_drawdown']:.2f}% | {which_txt} | report {png}"
+        + (f" | {report['evidence']['short']}" if "evidence" in report else "")
         + (f" | {len(warnings)} warning(s): see stderr / metrics.json" if warnings else "")
     )
 
