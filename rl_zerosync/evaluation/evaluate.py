@@ -277,7 +277,8 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | None = None,
     plot_report(results, portfolios, png)
     report["outputs"] = {"metrics_json": str(ev.out_dir / "metrics.json"), "report_png": str(png), **outputs}
     report["summary"] = _summary(ev, results, report, train)
-    add_evidence(report, results, ev.segments, ev.ckpt.parent, ev.settings["run"].get("eval_metric", "sharpe"))
+    add_evidence(report, results, ev.segments, ev.ckpt.parent, ev.settings["run"].get("eval_metric", "sharpe"),
+                 ev.out_dir)
     report["summary_line"] = _summary_line(ev, results[ev.segments[-1]], report, png)
     _write_report(report, ev.out_dir)
     return report

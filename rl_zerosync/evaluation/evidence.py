@@ -69,7 +69,8 @@ def _check_side(nets: Sequence[np.ndarray], name: str) -> list[np.ndarray]:
 
 
 def mean_sharpe_interval(a: Sequence[np.ndarray], b: Sequence[np.ndarray] | None, periods_per_year: float, *,
-                         level: float = LEVEL, reps: int = REPS, seed: int = 0) -> dict[str, Any]:
+                         level: float = LEVEL, reps: int = REPS, seed: int = 0,
+                         resample_series: bool = False) -> dict[str, Any]:
     """Interval of the mean over assets of per-asset Sharpes of ``a`` (or, given ``b``, of
     ``mean SR(a) - mean SR(b)``, paired: asset ``i`` of ``a`` and of ``b`` cover the same bars).
 
@@ -78,6 +79,9 @@ def mean_sharpe_interval(a: Sequence[np.ndarray], b: Sequence[np.ndarray] | None
     Assets of one length (one period) share one draw of bar indices, which keeps their
     cross-correlation; assets of different lengths are drawn independently. With one asset this is
     :func:`~rl_zerosync.evaluation.significance.sharpe_interval` (or ``paired_difference_interval``).
+    ``resample_series``: also draw the series (seeds x assets) with replacement in every replicate,
+    after the bars (two-stage, as ``multi_series_sharpe_interval``'s ``series_and_bars``): the spread
+    between seeds enters beside the bar noise.
     """
     xa = _check_side(a, "a")
     xb = _check_side(b, "b") if b is not None else None
@@ -99,17 +103,22 @@ def mean_sharpe_interval(a: Sequence[np.ndarray], b: Sequence[np.ndarray] | None
         stats = StationaryBootstrap(block, data, seed=rng).apply(lambda z: _sharpes(z, p), reps)
         k = len(g)
         per_asset[:, g] = stats[:, :k] - (stats[:, k:] if xb is not None else 0.0)
-    reps_stat = per_asset.mean(axis=1)
+    if resample_series:
+        draws = rng.integers(0, m, size=(reps, m))
+        reps_stat = np.take_along_axis(per_asset, draws, axis=1).mean(axis=1)
+    else:
+        reps_stat = per_asset.mean(axis=1)
     estimate = float(np.mean([sharpe_ratio(r, p) for r in xa]))
     if xb is not None:
         estimate -= float(np.mean([sharpe_ratio(r, p) for r in xb]))
     low, high = np.quantile(reps_stat, [(1.0 - level) / 2.0, (1.0 + level) / 2.0])
     sizes = sorted({f"{bl:.1f}" for bl, _ in blocks}, key=float)
     shared = "one shared bar draw for all assets" if len(groups) == 1 else "independent bar draws per asset"
-    method = (f"{'paired ' if xb is not None else ''}stationary block bootstrap over bars"
+    stage = f"series drawn with replacement ({m} series), then " if resample_series else ""
+    method = (f"{stage}{'paired ' if xb is not None else ''}stationary block bootstrap over bars"
               f"{' (the same resampled bars for both sides)' if xb is not None else ''}, {shared}, "
               f"block {'..'.join(dict.fromkeys([sizes[0], sizes[-1]]))} ({blocks[0][1]}), {reps} reps; "
-              f"statistic: mean over {m} asset(s) of per-asset Sharpe")
+              f"statistic: mean over {m} {'series' if resample_series else 'asset(s)'} of per-series Sharpe")
     return {"estimate": estimate, "low": float(low), "high": float(high), "level": level, "method": method,
             "bars": int(sum(r.size for r in xa)), "assets": m}
 
@@ -316,13 +325,76 @@ def short_text(evidence: Mapping[str, Any]) -> str:
             f"[{d['low']:+.2f}, {d['high']:+.2f}], {dsr_txt} over {evidence['trials']['n']} trials")
 
 
+RETURNS_FILE = "returns_{segment}.npz"
+"""Per-bar net returns behind the evidence (agent, best rule, buy-and-hold per asset, the trials'
+validation Sharpes), for pooling over seeds and walk-forward folds."""
+
+
+def write_returns(out_dir: Path, result, best: str, trials: Mapping[str, Any]) -> Path:
+    """``returns_<segment>.npz`` of ``result`` (:data:`RETURNS_FILE`): arrays ``agent_<i>``,
+    ``best_rule_<i>``, ``buy_and_hold_<i>`` per asset ``i``, ``trial_sharpes``, ``trials``,
+    ``periods_per_year``."""
+    arrays: dict[str, np.ndarray] = {}
+    for side, nets in (("agent", agent_nets(result)), ("best_rule", rule_nets(result, best)),
+                       ("buy_and_hold", rule_nets(result, "buy_and_hold"))):
+        for i, n in enumerate(nets):
+            arrays[f"{side}_{i}"] = np.asarray(n, dtype=np.float64)
+    path = Path(out_dir) / RETURNS_FILE.format(segment=result.segment)
+    np.savez(path, trial_sharpes=np.asarray(trials["sharpes"], dtype=np.float64),
+             trials=np.array([trials["rule_variants"], trials["checkpoints"]]),
+             periods_per_year=np.array(float(result.periods_per_year)), **arrays)
+    return path
+
+
+def read_returns(eval_dir: Path, segment: str = "test") -> dict[str, Any]:
+    """What :func:`write_returns` wrote into ``eval_dir``: per side the per-asset arrays, the trials."""
+    path = Path(eval_dir) / RETURNS_FILE.format(segment=segment)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no per-bar returns of the {segment} segment (written by evaluate "
+                                "since the evidence block; evaluate the run again)")
+    with np.load(path) as z:
+        n = sum(1 for k in z.files if k.startswith("agent_"))
+        out: dict[str, Any] = {side: [z[f"{side}_{i}"] for i in range(n)]
+                               for side in ("agent", "best_rule", "buy_and_hold")}
+        out["trial_sharpes"] = list(z["trial_sharpes"])
+        out["rule_variants"], out["checkpoints"] = (int(x) for x in z["trials"])
+        out["periods_per_year"] = float(z["periods_per_year"])
+    return out
+
+
+def pooled_evidence(agent: Sequence[np.ndarray], best: Sequence[np.ndarray], bench: Sequence[np.ndarray],
+                    periods_per_year: float, trials: Mapping[str, Any], *, resample_series: bool,
+                    seed: int = 0) -> dict[str, Any]:
+    """Evidence over several series (seeds x assets, or walk-forward folds stitched per asset):
+    the agent's mean Sharpe, agent - best rule and agent - buy-and-hold (paired), PSR and DSR of
+    all the agent's bars pooled; ``trials`` as :func:`count_trials` gives it."""
+    p = float(periods_per_year)
+    intervals = {
+        "agent": mean_sharpe_interval(agent, None, p, seed=seed, resample_series=resample_series),
+        "agent_minus_best_rule": mean_sharpe_interval(agent, best, p, seed=seed, resample_series=resample_series),
+        "agent_minus_buy_and_hold": mean_sharpe_interval(agent, bench, p, seed=seed,
+                                                         resample_series=resample_series),
+        "buy_and_hold": mean_sharpe_interval(bench, None, p, seed=seed, resample_series=resample_series),
+    }
+    psr, dsr = psr_dsr(agent, p, trials)
+    return {"level": LEVEL, "ci_method": intervals["agent"]["method"], "intervals": intervals, "psr": psr,
+            "deflated_sharpe": dsr, "trials": {k: v for k, v in trials.items() if k != "sharpes"}}
+
+
 def add_evidence(report: dict, results: Mapping[str, Any], segments: Sequence[str], run_dir: Path | None,
-                 metric: str = "sharpe") -> None:
+                 metric: str = "sharpe", out_dir: Path | None = None) -> None:
     """``report["evidence"]`` (:func:`evidence_block`, with its ``short`` text for the printed line),
     its :func:`summary_keys` into ``report["summary"]``. The power warning stays in
     ``evidence["power"]["warning"]`` (preflight prints it before training; ``report["warnings"]``
     keeps to problems of the evaluated data)."""
+    from rl_zerosync.evaluation.backtest import best_rule
+
     evidence = evidence_block(results, segments, run_dir, metric)
     evidence["short"] = short_text(evidence)
+    if out_dir is not None:
+        last = results[segments[-1]]
+        trials = count_trials(results[segments[0]], run_dir, metric)
+        path = write_returns(out_dir, last, best_rule(results[segments[0]].baselines), trials)
+        report.setdefault("outputs", {})[f"returns_{last.segment}"] = str(path)
     report["evidence"] = evidence
     report["summary"].update(summary_keys(evidence))
