@@ -387,6 +387,7 @@ def add_evidence(report: dict, results: Mapping[str, Any], segments: Sequence[st
     its :func:`summary_keys` into ``report["summary"]``. The power warning stays in
     ``evidence["power"]["warning"]`` (preflight prints it before training; ``report["warnings"]``
     keeps to problems of the evaluated data)."""
+    from rl_zerosync.data.data_settings import heldout_counts
     from rl_zerosync.evaluation.backtest import best_rule
 
     evidence = evidence_block(results, segments, run_dir, metric)
@@ -398,3 +399,4 @@ def add_evidence(report: dict, results: Mapping[str, Any], segments: Sequence[st
         report.setdefault("outputs", {})[f"returns_{last.segment}"] = str(path)
     report["evidence"] = evidence
     report["summary"].update(summary_keys(evidence))
+    report["summary"]["heldout_test_series"] = heldout_counts(report.get("data"))["heldout_test_series"]

@@ -182,7 +182,7 @@ def _check_data(settings, *, segments: bool = True) -> tuple[dict[str, Any], flo
     from rl_zerosync.envs import EnvParams
     from rl_zerosync.data.data_settings import DEFAULT_SPLIT, make_market, split_fractions
     from rl_zerosync.envs.core import make_tables
-    from rl_zerosync.data.data_settings import regenerate_every
+    from rl_zerosync.data.data_settings import heldout_layout, regenerate_every
     from rl_zerosync.data.market import check_max_abs_log_return, check_window
 
     src = settings.source
@@ -192,6 +192,7 @@ def _check_data(settings, *, segments: bool = True) -> tuple[dict[str, Any], flo
         fractions = split_fractions(cfg.get("split", DEFAULT_SPLIT))
         window = check_window(cfg["window"]) if cfg.get("window") is not None else None
         regen = regenerate_every(cfg)
+        heldout = heldout_layout(cfg)
         check_max_abs_log_return(cfg.get("max_abs_log_return"))
     except ValueError as err:
         raise PreflightError(f"{src}: {err}") from err
@@ -214,10 +215,14 @@ def _check_data(settings, *, segments: bool = True) -> tuple[dict[str, Any], flo
     for seg in wanted:
         label = f"data split {seg!r}" + (f" of data.window {list(window)}" if window else "")
         try:
-            if seg == "train" and regen:
-                # Fresh generations: whole series of num_bars bars (the window, if any, applies).
-                label = "training series of data.regenerate_every (whole series)"
+            if seg == "train" and (regen or heldout):
+                # Fresh generations / the held-out layout: the whole series (the window, if any, applies).
+                label = ("training series of data.regenerate_every (whole series)" if regen
+                         else "training series (whole series data.seed: held-out validation and test)")
                 market = full if window is None else full.window(*window)
+            elif heldout:
+                label = f"held-out {seg} series (data.heldout_{seg}_series)"
+                market = make_market(full_cfg, seg)
             else:
                 market = full.split(seg, fractions, window=window)
         except ValueError as err:
