@@ -70,6 +70,12 @@ def seed_record(run_dir: Path) -> dict[str, Any]:
         "agent_minus_best_rule": s["agent_minus_best_rule"],
         "rules_test_sharpe": s["rules"],
         "rule_variants": s.get("rule_variants"),
+        "test_sharpe_ci95": s.get("test_sharpe_ci95"),
+        "agent_minus_best_rule_ci95": s.get("agent_minus_best_rule_ci95"),
+        "deflated_sharpe": s.get("deflated_sharpe"),
+        "trials": s.get("trials"),
+        "pbo": s.get("pbo"),
+        "heldout_test_series": s.get("heldout_test_series", 0),
         "iterations": rows[-1]["iteration"] if rows else 0,
         "validation_curve": [[r["iteration"], r["eval/validation_sharpe"]] for r in evals],
     }
