@@ -158,8 +158,10 @@ def start_real(args, runs_dir: Path) -> dict:
 
 
 def finish_real(args, runs_dir: Path, procs: dict) -> dict:
-    """Per seed the walk-forward's per-fold test numbers, then mean and 95% interval over seeds."""
-    from rl_zerosync.run.seeds import mean_ci95
+    """Per seed the walk-forward's per-fold test numbers (and its pooled evidence), then the mean over
+    seeds with its spread: a 95% interval from 5 seeds on, else the min..max range
+    (:func:`rl_zerosync.run.seeds.seed_spread`)."""
+    from rl_zerosync.run.seeds import seed_spread
 
     real_cfg = ROOT / "configs" / "walkforward_googl.yaml"
     t0 = time.perf_counter()
@@ -182,11 +184,13 @@ def finish_real(args, runs_dir: Path, procs: dict) -> dict:
                      ("buy_and_hold_test_sharpe", "buy_and_hold_test_sharpe")):
         vals = [sum(p[src]) / len(p[src]) for p in per.values() if p[src]]
         if vals:
-            out[f"{key}_mean"], out[f"{key}_ci95"] = mean_ci95(vals)
+            mean, kind, spread = seed_spread(vals)
+            out[f"{key}_mean"], out[f"{key}_{kind}"] = mean, spread
     diffs = [sum(a - b for a, b in zip(p["test_sharpe"], p["best_rule_test_sharpe"])) / len(p["test_sharpe"])
              for p in per.values() if p["test_sharpe"]]
     if diffs:
-        out["agent_minus_best_rule_mean"], out["agent_minus_best_rule_ci95"] = mean_ci95(diffs)
+        mean, kind, spread = seed_spread(diffs)
+        out["agent_minus_best_rule_mean"], out[f"agent_minus_best_rule_{kind}"] = mean, spread
     return out
 
 

@@ -75,11 +75,16 @@ def learning(r) -> str:
     real = r.get("real")
     if real:
         n = len(real["per_seed"])
-        out += ["", f"| real data ({real['config']}, {real['folds']} walk-forward folds, {n} seeds) | mean [95% CI] |",
+        kind = "ci95" if "test_sharpe_ci95" in real else next(
+            k for k in ("seed_ci95", "seed_range") if f"test_sharpe_{k}" in real)
+        label = {"ci95": "mean [95% CI]", "seed_ci95": "mean [95% CI over seeds]",
+                 "seed_range": "mean [range over seeds]"}[kind]
+        out += ["", f"| real data ({real['config']}, {real['folds']} walk-forward folds, {n} seeds) | {label} |",
                 "| --- | ---: |",
-                f"| agent test Sharpe (mean over folds) | {real['test_sharpe_mean']:+.2f} {_ci(real['test_sharpe_ci95'])} |",
+                f"| agent test Sharpe (mean over folds) | {real['test_sharpe_mean']:+.2f} {_ci(real[f'test_sharpe_{kind}'])} |",
                 f"| best rule chosen on validation | {real['best_rule_test_sharpe_mean']:+.2f} |",
-                f"| agent − best rule | {real['agent_minus_best_rule_mean']:+.2f} {_ci(real['agent_minus_best_rule_ci95'])} |",
+                f"| agent − best rule | {real['agent_minus_best_rule_mean']:+.2f} "
+                f"{_ci(real[f'agent_minus_best_rule_{kind}'])} |",
                 f"| buy-and-hold | {real['buy_and_hold_test_sharpe_mean']:+.2f} |"]
     return "\n".join(out)
 

@@ -439,3 +439,27 @@ def test_walk_forward_without_fold_returns_says_why(tmp_path, monkeypatch):
     report = walk_forward(settings_for(tmp_path), 2)
     assert report["evidence"]["value"] is None and "returns_test.npz" in report["evidence"]["reason"]
     assert "test_sharpe_ci95" not in report["pooled"]
+
+
+def test_cli_passes_anchored_and_seeds_to_the_walk(tmp_path, monkeypatch, capsys):
+    import rl_zerosync.run.walkforward as wf
+    from rl_zerosync.cli import main
+
+    seen = {}
+
+    def fake_walk(settings, k, **kw):
+        seen.update(k=k, **kw)
+        return {"lines": ["walk-forward pooled over 0 folds"], "path": str(tmp_path / RESULT_FILE), "complete": True}
+
+    monkeypatch.setattr(wf, "walk_forward", fake_walk)
+    config = tmp_path / "wf.yaml"
+    raw = yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text())
+    raw["run"].update({"dir": str(tmp_path), "name": "wf"})
+    raw["data"] = cfg()
+    config.write_text(yaml.safe_dump(raw))
+    args = ["evaluate", "--walk-forward", "3", "--config", str(config)]
+    assert main(args + ["--anchored", "--seeds", "0,2"]) == 0
+    assert seen["k"] == 3 and seen["anchored"] is True and seen["seeds"] == [0, 2]
+    assert main(args) == 0 and seen["anchored"] is False and seen["seeds"] is None
+    assert main(args + ["--seeds", "1,1"]) == 2
+    assert "--seeds: expected distinct" in capsys.readouterr().err
