@@ -70,7 +70,7 @@ def reads(monkeypatch):
 
 
 @pytest.mark.parametrize("layout", ["heldout", "time_segments"])
-def test_selection_never_reads_test(tmp_path, reads, ray_instance, layout):
+def test_selection_never_reads_test(tmp_path, reads, ray_local, layout):
     """Training with validation passes and checkpoint selection reads no test segment; the
     evaluation chooses the rules on validation, then reads test once."""
     from rl_zerosync.config.settings import from_dict
@@ -81,8 +81,7 @@ def test_selection_never_reads_test(tmp_path, reads, ray_instance, layout):
                     "dir": str(tmp_path), "name": "r"})
     if layout == "heldout":
         raw["data"].update(HELDOUT)
-    with ray_instance(address="local", num_cpus=2):
-        train(from_dict(raw))
+    train(from_dict(raw))  # one Ray instance for the module (ray_local)
     assert "validation" in reads and "test" not in reads, reads  # selection saw validation only
     reads.clear()
     report = evaluate_checkpoint(tmp_path / "r", out_dir=tmp_path / "eval", device="cpu")
