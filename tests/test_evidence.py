@@ -84,3 +84,18 @@ def test_evidence_block_is_consistent(report):
     assert 0.0 <= ev["spa"]["pvalue_consistent"] <= 1.0 and ev["spa"]["candidates"] == len(variants())
     assert ev["power"]["warning"].startswith("validation cannot tell annualized Sharpe 1 from 0")
     assert "95% CI [" in report["summary_line"] and "trials" in report["summary_line"]
+
+
+def test_a_segment_too_short_for_the_statistics_leaves_the_report_with_the_reason(monkeypatch, capsys):
+    import rl_zerosync.evaluation.evidence as evidence
+
+    def too_short(*a, **k):
+        return mean_sharpe_interval([np.zeros(10)], None, 252.0)  # the real error: fewer than 20 bars
+
+    monkeypatch.setattr(evidence, "evidence_block", too_short)
+    report = {"summary": {"sharpe": 0.1}, "data": {"source": "synthetic"}}
+    evidence.add_evidence(report, {}, ["validation", "test"], None)
+    assert report["evidence"]["value"] is None
+    assert "a[0]: expected a 1-D array of at least 20 finite per-bar returns" in report["evidence"]["reason"]
+    assert report["summary"]["test_sharpe_ci95"] is None and report["summary"]["sharpe"] == 0.1
+    assert "warning: no evidence for this evaluation" in capsys.readouterr().err

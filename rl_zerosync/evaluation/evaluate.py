@@ -438,7 +438,7 @@ def _summary_line(ev: _Evaluation, last, report: dict, png: Path) -> str:
         f"{last.segment}: sharpe {s['sharpe']:+.2f} (flat +0.00, buy&hold {s['rules']['buy_and_hold']:+.2f}, "
         f"best rule: {s['best_rule']} {s['best_rule_sharpe']:+.2f}) | {returns} | "
         f"max drawdown {100 * s['max_drawdown']:.2f}% | {which_txt} | report {png}"
-        + (f" | {report['evidence']['short']}" if "evidence" in report else "")
+        + (f" | {report['evidence']['short']}" if "short" in report.get("evidence", {}) else "")
         + (f" | {len(warnings)} warning(s): see stderr / metrics.json" if warnings else "")
     )
 

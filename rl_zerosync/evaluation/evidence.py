@@ -384,13 +384,26 @@ def pooled_evidence(agent: Sequence[np.ndarray], best: Sequence[np.ndarray], ben
 def add_evidence(report: dict, results: Mapping[str, Any], segments: Sequence[str], run_dir: Path | None,
                  metric: str = "sharpe", out_dir: Path | None = None) -> None:
     """``report["evidence"]`` (:func:`evidence_block`, with its ``short`` text for the printed line),
-    its :func:`summary_keys` into ``report["summary"]``. The power warning stays in
-    ``evidence["power"]["warning"]`` (preflight prints it before training; ``report["warnings"]``
-    keeps to problems of the evaluated data)."""
+    its :func:`summary_keys` into ``report["summary"]``, and (``out_dir``) the returns behind it
+    (:func:`write_returns`). The power warning stays in ``evidence["power"]["warning"]`` (preflight
+    prints it before training; ``report["warnings"]`` keeps to problems of the evaluated data).
+
+    A segment the statistics cannot take (e.g. fewer than 20 bars per asset) gives
+    ``evidence = {"value": None, "reason": ...}``, the summary keys None and a warning on stderr;
+    the rest of the report stands."""
     from rl_zerosync.data.data_settings import heldout_counts
     from rl_zerosync.evaluation.backtest import best_rule
+    from rl_zerosync.rundir.checkpoints import warn
 
-    evidence = evidence_block(results, segments, run_dir, metric)
+    report["summary"]["heldout_test_series"] = heldout_counts(report.get("data"))["heldout_test_series"]
+    try:
+        evidence = evidence_block(results, segments, run_dir, metric)
+    except ValueError as err:
+        report["evidence"] = {"value": None, "reason": f"no evidence for this evaluation: {err}"}
+        report["summary"].update(dict.fromkeys(("test_sharpe_ci95", "agent_minus_best_rule_ci95", "deflated_sharpe",
+                                                "psr", "trials", "pbo", "spa_pvalue", "ci_method")))
+        warn(report["evidence"]["reason"])
+        return
     evidence["short"] = short_text(evidence)
     if out_dir is not None:
         last = results[segments[-1]]
@@ -399,4 +412,3 @@ def add_evidence(report: dict, results: Mapping[str, Any], segments: Sequence[st
         report.setdefault("outputs", {})[f"returns_{last.segment}"] = str(path)
     report["evidence"] = evidence
     report["summary"].update(summary_keys(evidence))
-    report["summary"]["heldout_test_series"] = heldout_counts(report.get("data"))["heldout_test_series"]
