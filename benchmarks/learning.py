@@ -3,7 +3,7 @@
 How to run (one GPU; Ray 2.60 installed)::
 
     python -m benchmarks.learning                              # local.yaml, 5 seeds, 1x and 10x budgets
-    python -m benchmarks.learning --quick                      # CPU-sized smoke version
+    python -m benchmarks.learning --quick                      # CPU-sized: smoke.yaml, held-out series
     python -m benchmarks.learning --sweep                      # the variants that chose local.yaml
 
 For every budget (``run.iterations`` x B) the config trains once per seed (``rl-zerosync train
@@ -14,7 +14,15 @@ buy-and-hold, momentum, mean reversion; their variants chosen on validation, fro
 price file) per seed. The validation pass is timed on 8 assets x 30k validation bars against one
 training iteration of the config. JSON -> ``benchmarks/results/learning.json``; ``summary`` holds
 ``seeds``, ``test_sharpe_mean``, ``test_sharpe_ci95``, ``best_rule_test_sharpe_mean``,
-``agent_minus_best_rule``, ``test_sharpe_mean_10x_budget`` and ``train_minus_test_sharpe``.
+``agent_minus_best_rule``, ``test_sharpe_mean_10x_budget`` and ``train_minus_test_sharpe``, and the
+evidence (:mod:`rl_zerosync.evaluation.evidence`): ``ci_method`` (what the intervals resample: seeds,
+assets or held-out series, and bars), ``test_sharpe_ci95`` and ``agent_minus_best_rule_ci95`` (paired),
+``deflated_sharpe`` and ``trials`` (what N counts in ``trials_counted``), ``pbo`` (CSCV over the rule
+variants), ``heldout_test_series`` (0: the test segment of the training series).
+
+``--quick`` (one CPU core, a few minutes): ``configs/smoke.yaml`` on the sealed held-out layout
+(:data:`QUICK_OVERRIDES`: validation 8 and test 32 held-out series of 1,000 bars, never trained on),
+seeds 0 and 1, one budget, no validation timing; JSON -> ``benchmarks/results/learning_cpu_quick.json``.
 """
 from __future__ import annotations
 
@@ -26,9 +34,12 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import parser, result_header, results_path, write_json
+from benchmarks.common import parser, quick_path, result_header, results_path, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
+QUICK_OVERRIDES = ["data.heldout_validation_series=8", "data.heldout_test_series=32", "data.heldout_bars=1000",
+                   "run.num_cpus=1"]
+"""The ``--quick`` layout: sealed held-out validation and test series (CPU-sized)."""
 
 SWEEP = {
     # name: overrides on top of the config (each run with --budget-iterations iterations)
@@ -101,6 +112,20 @@ def iteration_seconds(run_dir: Path) -> float:
     return statistics.median(vals) if vals else float("nan")
 
 
+def evidence_summary(seeds_summary: dict, per_seed: dict) -> dict:
+    """The summary's evidence keys from a seeds report (intervals over seeds and bars, DSR, trials)
+    and its seeds' evaluations (PBO over the rule variants, the held-out test series)."""
+    ev = seeds_summary.get("evidence") or {}
+    pbo = [p.get("pbo") for p in per_seed.values() if p.get("pbo") is not None]
+    return {"ci_method": seeds_summary.get("ci_method"), "deflated_sharpe": seeds_summary.get("deflated_sharpe"),
+            "psr": seeds_summary.get("psr"), "trials": seeds_summary.get("trials"),
+            "trials_counted": (ev.get("trials") or {}).get("counted"),
+            "pbo": statistics.mean(pbo) if pbo else None,
+            "heldout_test_series": next(iter(per_seed.values())).get("heldout_test_series", 0),
+            "test_sharpe_seed_spread": seeds_summary.get("test_sharpe_seed_range",
+                                                         seeds_summary.get("test_sharpe_seed_ci95"))}
+
+
 def run_budget(config, overrides, seeds, parallel, runs_dir, name):
     from rl_zerosync.run.seeds import train_seeds
 
@@ -133,8 +158,10 @@ def start_real(args, runs_dir: Path) -> dict:
 
 
 def finish_real(args, runs_dir: Path, procs: dict) -> dict:
-    """Per seed the walk-forward's per-fold test numbers, then mean and 95% interval over seeds."""
-    from rl_zerosync.run.seeds import mean_ci95
+    """Per seed the walk-forward's per-fold test numbers (and its pooled evidence), then the mean over
+    seeds with its spread: a 95% interval from 5 seeds on, else the min..max range
+    (:func:`rl_zerosync.run.seeds.seed_spread`)."""
+    from rl_zerosync.run.seeds import seed_spread
 
     real_cfg = ROOT / "configs" / "walkforward_googl.yaml"
     t0 = time.perf_counter()
@@ -157,11 +184,13 @@ def finish_real(args, runs_dir: Path, procs: dict) -> dict:
                      ("buy_and_hold_test_sharpe", "buy_and_hold_test_sharpe")):
         vals = [sum(p[src]) / len(p[src]) for p in per.values() if p[src]]
         if vals:
-            out[f"{key}_mean"], out[f"{key}_ci95"] = mean_ci95(vals)
+            mean, kind, spread = seed_spread(vals)
+            out[f"{key}_mean"], out[f"{key}_{kind}"] = mean, spread
     diffs = [sum(a - b for a, b in zip(p["test_sharpe"], p["best_rule_test_sharpe"])) / len(p["test_sharpe"])
              for p in per.values() if p["test_sharpe"]]
     if diffs:
-        out["agent_minus_best_rule_mean"], out["agent_minus_best_rule_ci95"] = mean_ci95(diffs)
+        mean, kind, spread = seed_spread(diffs)
+        out["agent_minus_best_rule_mean"], out[f"agent_minus_best_rule_{kind}"] = mean, spread
     return out
 
 
@@ -186,7 +215,10 @@ def main() -> int:
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.quick:
-        args.config, args.seeds, args.budgets, args.parallel = str(ROOT / "configs" / "smoke.yaml"), "0,1", "1,2", 1
+        args.config, args.seeds, args.budgets, args.parallel = str(ROOT / "configs" / "smoke.yaml"), "0,1", "1", 1
+        args.set, args.no_timing = QUICK_OVERRIDES + list(args.set), True
+        if args.out == results_path("learning"):
+            args.out = quick_path("learning_cpu_quick")  # a smoke run never replaces committed results
     seeds = parse_seeds(args.seeds)
     base = load(args.config, args.set)
     result: dict = {**result_header("learning", device=device, config=args.config, key="benchmark"),
@@ -250,6 +282,7 @@ def main() -> int:
         "agent_minus_best_rule_ci95": one["agent_minus_best_rule_ci95"],
         "train_minus_test_sharpe": one.get("train_minus_test_sharpe_mean"),
         "rules_test_sharpe_mean": one["rules_test_sharpe_mean"],
+        **evidence_summary(one, result["budgets"][f"{budgets[0]}x"]["per_seed"]),
     }
     if len(budgets) > 1:
         big = result["budgets"][f"{budgets[-1]}x"]["summary"]

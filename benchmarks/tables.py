@@ -75,12 +75,51 @@ def learning(r) -> str:
     real = r.get("real")
     if real:
         n = len(real["per_seed"])
-        out += ["", f"| real data ({real['config']}, {real['folds']} walk-forward folds, {n} seeds) | mean [95% CI] |",
+        kind = "ci95" if "test_sharpe_ci95" in real else next(
+            k for k in ("seed_ci95", "seed_range") if f"test_sharpe_{k}" in real)
+        label = {"ci95": "mean [95% CI]", "seed_ci95": "mean [95% CI over seeds]",
+                 "seed_range": "mean [range over seeds]"}[kind]
+        out += ["", f"| real data ({real['config']}, {real['folds']} walk-forward folds, {n} seeds) | {label} |",
                 "| --- | ---: |",
-                f"| agent test Sharpe (mean over folds) | {real['test_sharpe_mean']:+.2f} {_ci(real['test_sharpe_ci95'])} |",
+                f"| agent test Sharpe (mean over folds) | {real['test_sharpe_mean']:+.2f} {_ci(real[f'test_sharpe_{kind}'])} |",
                 f"| best rule chosen on validation | {real['best_rule_test_sharpe_mean']:+.2f} |",
-                f"| agent − best rule | {real['agent_minus_best_rule_mean']:+.2f} {_ci(real['agent_minus_best_rule_ci95'])} |",
+                f"| agent − best rule | {real['agent_minus_best_rule_mean']:+.2f} "
+                f"{_ci(real[f'agent_minus_best_rule_{kind}'])} |",
                 f"| buy-and-hold | {real['buy_and_hold_test_sharpe_mean']:+.2f} |"]
+    return "\n".join(out)
+
+
+def _verdict(ci) -> str:
+    """What a 95% interval of agent − best rule says."""
+    if ci[0] > 0:
+        return "the agent's edge over the best rule is significant (interval above 0)"
+    if ci[1] < 0:
+        return "the agent is significantly worse than the best rule (interval below 0)"
+    return "the agent's edge over the best rule is not significant (interval contains 0)"
+
+
+def learning_cpu_quick(r) -> str:
+    """The CPU-sized learning run on sealed held-out series, with sample-noise intervals and the
+    trial-adjusted figures (``python -m benchmarks.learning --quick``)."""
+    hw = r.get("hardware", {})
+    s = r["summary"]
+    b = next(iter(r["budgets"].values()))
+    best = sorted({p["best_rule"] for p in b["per_seed"].values()})
+    config = f"`{Path(str(r['config'])).name}` " + " ".join(f"`{o}`" for o in r.get("overrides", []))
+    out = [_head(r, gpu=f"CPU (no GPU), {hw.get('cpu_count', '?')} cores, {hw.get('torch_threads', '?')} torch "
+                        f"thread(s)"),
+           "| config | iterations | seeds | held-out test series | test Sharpe [95% CI] | best rule (chosen on "
+           "validation) | agent − best rule [95% CI] | buy-and-hold | PSR | DSR | trials | PBO (rule variants) |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+           f"| {config} | {b['iterations']:,} | {s['seeds']} | {s['heldout_test_series']} "
+           f"| {s['test_sharpe_mean']:+.2f} {_ci(s['test_sharpe_ci95'])} "
+           f"| {s['best_rule_test_sharpe_mean']:+.2f} ({', '.join(best)}) "
+           f"| {s['agent_minus_best_rule']:+.2f} {_ci(s['agent_minus_best_rule_ci95'])} "
+           f"| {s['rules_test_sharpe_mean']['buy_and_hold']:+.2f} | {s['psr']:.2f} | {s['deflated_sharpe']:.2f} "
+           f"| {s['trials']} | {s['pbo']:.2f} |",
+           "", f"Verdict: {_verdict(s['agent_minus_best_rule_ci95'])}; {b['wall_s']:.0f} s wall for both seeds.",
+           f"Intervals: {s['ci_method']}.",
+           f"Trials counted: {s['trials_counted']}."]
     return "\n".join(out)
 
 
@@ -440,7 +479,7 @@ def reliability(r) -> str:
 
 # ----------------------------------------------------------------------------------------- main
 TABLES = (
-    ("learning", learning), ("learning_sweep", learning_sweep), ("throughput", throughput), ("e2e", e2e),
+    ("learning_cpu_quick", learning_cpu_quick), ("learning", learning), ("learning_sweep", learning_sweep), ("throughput", throughput), ("e2e", e2e),
     ("learner", learner), ("learner_profile", learner_profile),
     ("stock_syncs", stock_syncs), ("env_runner", env_runner), ("cartpole", cartpole), ("scaling", scaling),
     ("scaling_learner", scaling_learner), ("kernels", kernels), ("env", env), ("reliability", reliability),

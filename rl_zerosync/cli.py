@@ -57,6 +57,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="K rolling train/validation/test folds in time order of --config's file data: "
                         "retrain per fold, test metrics per fold and pooled -> walk_forward.json")
     e.add_argument("--config", default=None, help="YAML settings file (with --walk-forward)")
+    e.add_argument("--anchored", action="store_true",
+                   help="with --walk-forward: expanding windows (every fold trains from the series start; "
+                        "validation and test segments as the rolling folds')")
+    e.add_argument("--seeds", default=None, metavar="S0,S1,...",
+                   help="with --walk-forward: every fold once per seed (seeds x folds, pooled) into "
+                        "<dir>/<name>/seed<k>/fold<i>/")
     e.add_argument("--overwrite", action="store_true",
                    help="with --walk-forward: retrain folds whose run directories already hold a run")
     e.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -121,7 +127,17 @@ def _walk_forward(args) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     try:
-        report = walk_forward(settings, args.walk_forward, out_dir=args.out, overwrite=args.overwrite)
+        seeds = None
+        if args.seeds is not None:
+            from rl_zerosync.run.seeds import parse_seeds
+
+            seeds = parse_seeds(args.seeds)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    try:
+        report = walk_forward(settings, args.walk_forward, out_dir=args.out, overwrite=args.overwrite,
+                              anchored=args.anchored, seeds=seeds)
     except WalkForwardError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -7,6 +7,7 @@ that fails the test, and Ray must not be initialized afterwards); a few run as r
 """
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -310,3 +311,25 @@ def test_preflight_prints_spreads_and_execution(data_dir, capsys):
             "LIMIT/PASSIVE: executed as MARKET (the data has no high/low)") in out
     data = report["segments"]["data"]
     assert data["execution"]["execution_lag"] == 1 and data["spreads"]["per_asset"]["good"]["source"] == "fixed"
+
+
+def test_power_check_warns_when_validation_cannot_tell_sharpe_1_from_0(data_dir, capsys):
+    def settings(num_bars: int, num_assets: int):
+        return from_dict({"algo": {"num_gpus_per_learner": 0}, "runner": {"device": "cpu"},
+                          "data": {"source": "synthetic", "num_assets": num_assets, "num_bars": num_bars},
+                          "run": {"evaluate": True}, "env": {"episode_len": 64}}, source="p.yaml")
+
+    capsys.readouterr()
+    report = check(settings(2000, 2), log=True)  # validation: 2 x ~236 bars at 252/year
+    out, err = capsys.readouterr()
+    power = report["power"]
+    bars = sum(report["segments"]["validation"].values())
+    assert power["validation"]["bars"] == bars and power["validation"]["assets"] == 2
+    assert power["validation"]["standard_error"] == pytest.approx(math.sqrt(252 / bars))
+    assert not power["validation"]["can_tell_sharpe_1_from_0"] and "test" in power
+    assert "power: standard error of an annualized Sharpe: validation" in out
+    assert power["warning"].startswith("validation cannot tell annualized Sharpe 1 from 0")
+    assert "longer segments, more assets or more folds" in power["warning"]
+    assert err.count("warning: validation cannot tell") == 1
+    big = check(settings(2000, 8), log=False)["power"]  # 8 assets: ~1900 validation bars, 2*SE < 1
+    assert big["warning"] is None and big["validation"]["can_tell_sharpe_1_from_0"]

@@ -238,3 +238,36 @@ def test_split_walk_equals_the_whole_walk_for_a_policy_that_forgets_its_position
         w, s = whole.env_records(rw, a), split.env_records(rs, a)
         for k in ("net", "position", "action", "trade"):
             np.testing.assert_allclose(s[k], w[k], rtol=1e-6, atol=1e-9, err_msg=k)
+
+
+def _seed_returns(seed: int) -> dict:
+    """One seed's test returns as ``read_returns`` gives them: two assets on one test period."""
+    rng = np.random.default_rng(seed)
+    bench = [np.random.default_rng(a).normal(0.0004, 0.01, 150) for a in range(2)]  # same bars every seed
+    return {"agent": [b + rng.normal(0.0, 0.005, 150) for b in bench], "best_rule": [0.5 * b for b in bench],
+            "buy_and_hold": bench, "trial_sharpes": list(np.linspace(-1.0, 1.0, 51)) + [0.2, 0.4, 0.3],
+            "rule_variants": 51, "checkpoints": 3, "periods_per_year": 252.0}
+
+
+def test_seeds_summary_labels_a_seed_spread_a_range_below_5_seeds_and_resamples_seeds_and_bars():
+    from rl_zerosync.run.seeds import summarize, summary_line
+
+    def per_seed(n):
+        return {s: {"test_sharpe": 0.1 * s, "agent_minus_best_rule": 0.05 * s, "best_rule_test_sharpe": 1.0,
+                    "rules_test_sharpe": {"flat": 0.0}} for s in range(n)}
+
+    few = summarize(per_seed(3), [_seed_returns(s) for s in range(3)])
+    assert "test_sharpe_seed_ci95" not in few and few["test_sharpe_seed_range"] == [0.0, pytest.approx(0.2)]
+    many = summarize(per_seed(5))
+    assert many["test_sharpe_seed_ci95"][0] <= many["test_sharpe_mean"] <= many["test_sharpe_seed_ci95"][1]
+    assert "test_sharpe_ci95" not in many and "range over seeds" not in summary_line({"summary": many})
+    assert "range over seeds" in summary_line({"summary": summarize(per_seed(2))})
+    ev = few["evidence"]
+    assert ev["ci_method"].startswith("series drawn with replacement (6 series)")  # 3 seeds x 2 assets
+    lo, hi = few["test_sharpe_ci95"]
+    assert lo <= ev["intervals"]["agent"]["estimate"] <= hi
+    dlo, dhi = few["agent_minus_best_rule_ci95"]
+    assert dlo <= ev["intervals"]["agent_minus_best_rule"]["estimate"] <= dhi
+    assert few["trials"] == 51 + 3 * 3 and "over 3 seed(s)" in ev["trials"]["counted"]
+    assert 0.0 <= few["deflated_sharpe"] <= few["psr"] <= 1.0
+    assert "95% over seeds and bars" in summary_line({"summary": few})

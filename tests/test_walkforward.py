@@ -348,5 +348,118 @@ def test_walk_forward_end_to_end_cli(tmp_path):
     t0, t1 = (f["segments"]["test"][0]["bars"] for f in report["folds"])
     assert t0[1] == t1[0] and t1[1] == GOOGL_BARS
     assert np.isfinite(report["pooled"]["mean_sharpe"])
+    lo, hi = report["pooled"]["test_sharpe_ci95"]  # each fold's test returns stitched, bars resampled
+    assert lo <= report["pooled"]["pooled_test_sharpe"] <= hi
+    assert report["evidence"]["trials"]["rule_variants"] == 2 * 51
     lines = [x for x in out.stdout.splitlines() if x.startswith(("fold ", "walk-forward pooled"))]
     assert len(lines) == 3, out.stdout[-3000:]
+
+
+# ---- anchored (expanding) windows and seeds x folds ------------------------------------------
+
+@pytest.mark.parametrize("n", [401, 2335, 10007])
+def test_anchored_folds_share_the_rolling_validation_and_test_bars_and_train_from_the_start(n):
+    """Anchored fold i: train from the series' first tradable bar, then exactly the rolling fold's
+    validation and test bars; test segments tile the series' end; no overlap, no look-ahead."""
+    from rl_zerosync.data.market import FeatureConfig, build_market
+    from rl_zerosync.run.walkforward import fold_split
+
+    close = 100.0 * np.exp(np.cumsum(np.random.default_rng(n).normal(0.0, 0.01, n)))
+    market = build_market([close], [np.full(n, 1e-4)], features=FeatureConfig(warmup=4, median_window=8))
+    for fr in FRACTIONS + [(0.34, 0.33, 0.33), (0.7, 0.2, 0.1)]:
+        for k in range(2, 13):
+            tests = []
+            anchored = fold_windows(k, fr, anchored=True)
+            assert all(lo == 0.0 for lo, _ in anchored)
+            assert [hi for _, hi in anchored] == [hi for _, hi in fold_windows(k, fr)]
+            for i, (rolling, window) in enumerate(zip(fold_windows(k, fr), anchored)):
+                split = fold_split(i, k, fr, anchored=True)
+                seg = {s: spans(market.split(s, split, window=window))[1] for s in SPLITS}
+                rows = {s: spans(market.split(s, split, window=window))[0] for s in SPLITS}
+                same = {s: spans(market.split(s, fr, window=rolling))[1] for s in ("validation", "test")}
+                assert seg["validation"] == same["validation"] and seg["test"] == same["test"], (fr, k, i)
+                assert seg["train"][0] == 4 and seg["train"][1] == seg["validation"][0]
+                assert rows["train"][1] <= seg["validation"][0] < seg["test"][0]  # no look-ahead
+                assert rows["validation"][1] <= seg["test"][0]
+                tests.append(seg["test"])
+            assert all(a[1] == b[0] for a, b in zip(tests, tests[1:])) and tests[-1][1] == n, (fr, k)
+    assert fold_split(0, 3, (0.7, 0.15, 0.15)) == (0.7, 0.15, 0.15)  # rolling: the run's own split
+    with pytest.raises(ValueError, match=r"fold index must be an int in \[0, 3\)"):
+        fold_split(3, 3, (0.7, 0.15, 0.15), anchored=True)
+
+
+def _fake_returns(run_dir: Path, i: int, seed: int) -> None:
+    """What evaluate writes beside metrics.json: the fold's per-bar test returns (one asset)."""
+    rng = np.random.default_rng(100 * seed + i)
+    out = Path(run_dir) / "evaluation"
+    out.mkdir(parents=True, exist_ok=True)
+    bench = rng.normal(0.0004, 0.01, 120)
+    np.savez(out / "returns_test.npz", agent_0=bench + rng.normal(0.0002, 0.004, 120),
+             best_rule_0=rng.normal(0.0, 0.01, 120), buy_and_hold_0=bench,
+             trial_sharpes=rng.normal(0.0, 1.0, 53), trials=np.array([51, 2]), periods_per_year=np.array(252.0))
+
+
+def test_walk_forward_seeds_x_folds_anchored_pools_with_intervals(tmp_path, monkeypatch):
+    import rl_zerosync.run.train as train_module
+
+    seen = []
+
+    def fake_train(s, **kw):
+        seen.append(s)
+        _fake_returns(s.run_dir, len(seen) % 3, s.run.seed)
+        return {"evaluation": {"summary": _fake_summary(len(seen) % 3)}}
+
+    monkeypatch.setattr(train_module, "train", fake_train)
+    report = walk_forward(settings_for(tmp_path), 3, anchored=True, seeds=[0, 1])
+    assert [s.run.name for s in seen] == [f"wf/seed{k}/fold{i}" for k in (0, 1) for i in range(3)]
+    assert [s.run.seed for s in seen] == [0, 0, 0, 1, 1, 1]
+    assert all(s.data["window"][0] == 0.0 for s in seen)  # anchored: every fold trains from the start
+    assert report["complete"] and report["anchored"] and report["seeds"] == [0, 1]
+    assert len(report["folds"]) == 6 and set(report["pooled_per_seed"]) == {"0", "1"}
+    p, ev = report["pooled"], report["evidence"]
+    assert p["folds"] == 6
+    lo, hi = p["test_sharpe_ci95"]
+    assert lo <= p["pooled_test_sharpe"] <= hi
+    dlo, dhi = p["agent_minus_best_rule_ci95"]
+    assert dlo <= p["agent_minus_best_rule"] <= dhi
+    assert ev["trials"]["n"] == p["trials"] == 6 * (51 + 2)
+    assert 0.0 <= p["deflated_sharpe"] <= p["psr"] <= 1.0
+    assert ev["intervals"]["agent"]["bars"] == 2 * 3 * 120 and ev["intervals"]["agent"]["assets"] == 2
+    assert ev["ci_method"].startswith("series drawn with replacement (2 series)")  # seeds and bars together
+    assert "seeds_note" in ev and "2 seed(s) x 1 asset(s)" in ev["series"]
+    assert "95% CI [" in report["lines"][-1]
+    on_disk = json.loads((tmp_path / "wf" / RESULT_FILE).read_text())
+    assert on_disk["pooled"]["test_sharpe_ci95"] == [lo, hi]
+
+
+def test_walk_forward_without_fold_returns_says_why(tmp_path, monkeypatch):
+    import rl_zerosync.run.train as train_module
+
+    monkeypatch.setattr(train_module, "train", lambda s, **kw: {"evaluation": {"summary": _fake_summary(0)}})
+    report = walk_forward(settings_for(tmp_path), 2)
+    assert report["evidence"]["value"] is None and "returns_test.npz" in report["evidence"]["reason"]
+    assert "test_sharpe_ci95" not in report["pooled"]
+
+
+def test_cli_passes_anchored_and_seeds_to_the_walk(tmp_path, monkeypatch, capsys):
+    import rl_zerosync.run.walkforward as wf
+    from rl_zerosync.cli import main
+
+    seen = {}
+
+    def fake_walk(settings, k, **kw):
+        seen.update(k=k, **kw)
+        return {"lines": ["walk-forward pooled over 0 folds"], "path": str(tmp_path / RESULT_FILE), "complete": True}
+
+    monkeypatch.setattr(wf, "walk_forward", fake_walk)
+    config = tmp_path / "wf.yaml"
+    raw = yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text())
+    raw["run"].update({"dir": str(tmp_path), "name": "wf"})
+    raw["data"] = cfg()
+    config.write_text(yaml.safe_dump(raw))
+    args = ["evaluate", "--walk-forward", "3", "--config", str(config)]
+    assert main(args + ["--anchored", "--seeds", "0,2"]) == 0
+    assert seen["k"] == 3 and seen["anchored"] is True and seen["seeds"] == [0, 2]
+    assert main(args) == 0 and seen["anchored"] is False and seen["seeds"] is None
+    assert main(args + ["--seeds", "1,1"]) == 2
+    assert "--seeds: expected distinct" in capsys.readouterr().err

@@ -8,7 +8,12 @@ settings file's ``data`` section is checked by it at load). ``source`` picks the
   :func:`~rl_zerosync.data.synthetic.synthetic_series`), ``regenerate_every`` (0: train on the
   ``train`` segment of series ``seed``; N > 0: every env runner trains on fresh series of
   ``num_bars`` bars drawn from new generator seeds every N rollouts, never ``seed``, while the
-  validation and test segments stay those of series ``seed``; see :func:`training_seed`).
+  validation and test segments stay those of series ``seed``; see :func:`training_seed`),
+  ``heldout_validation_series`` / ``heldout_test_series`` (0 / 0, the default: validation and test
+  are time segments of series ``seed``; V > 0 and T > 0, the sealed held-out layout: validation is V
+  whole series and test T other whole series of ``heldout_bars`` bars (default ``num_bars``), each
+  an asset of one market drawn with its own generator seed (:func:`heldout_seed`), never trained
+  on; ``train`` is then the whole series ``seed`` and ``split`` is not used).
 * files (csv, parquet): ``paths`` (required) and the keywords of
   :func:`~rl_zerosync.data.loaders.load_market` (``columns``, ``asset_column``, ``names``,
   ``spread_source``, ``spread_bps``, ``cs_window``, ``min_spread_bps``, ``timestamp_format``,
@@ -32,8 +37,10 @@ window only. ``rl-zerosync evaluate --walk-forward K`` (:mod:`rl_zerosync.run.wa
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional, Sequence, Union
+
+import numpy as np
 
 from rl_zerosync.data.loaders import check_periods_per_year
 from rl_zerosync.data.market import (
@@ -45,7 +52,8 @@ SOURCES = ("synthetic", "csv", "parquet")
 SYNTHETIC_PERIODS_PER_YEAR = 252.0
 """Bars per year of the synthetic series (daily bars) under ``periods_per_year: auto``."""
 _COMMON = ("source", "split", "window", "features", "periods_per_year", "device", "max_abs_log_return")
-_SYNTHETIC = ("num_assets", "num_bars", "seed", "synthetic", "regenerate_every")
+_SYNTHETIC = ("num_assets", "num_bars", "seed", "synthetic", "regenerate_every", "heldout_validation_series",
+              "heldout_test_series", "heldout_bars")
 _FILES = ("paths", "columns", "asset_column", "names", "spread_source", "spread_bps", "cs_window",
           "min_spread_bps", "timestamp_format", "dayfirst", "max_spread_bps")
 DEFAULT_SPLIT = {"train": 0.7, "validation": 0.15, "test": 0.15}
@@ -103,6 +111,12 @@ class DataSettings:
     """Synthetic: model keywords of :func:`~rl_zerosync.data.synthetic.synthetic_series`."""
     regenerate_every: int = 0
     """Synthetic: train on fresh series every this many rollouts (0 = off)."""
+    heldout_validation_series: int = 0
+    """Synthetic: validation = this many held-out whole series (0: a time segment of series ``seed``)."""
+    heldout_test_series: int = 0
+    """Synthetic: test = this many other held-out whole series (0: a time segment of series ``seed``)."""
+    heldout_bars: Optional[int] = None
+    """Synthetic: bars of each held-out series (None: ``num_bars``)."""
     paths: Optional[Union[str, Sequence[str]]] = None
     """Files: one path or a list (required for csv/parquet)."""
     columns: Optional[Mapping[str, str]] = None
@@ -145,6 +159,7 @@ class DataSettings:
         check_periods_per_year(cfg.get("periods_per_year", "auto"))
         out["max_abs_log_return"] = check_max_abs_log_return(cfg.get("max_abs_log_return", DEFAULT_MAX_ABS_LOG_RETURN))
         out["regenerate_every"] = regenerate_every(cfg)
+        out.update(heldout_counts(cfg))
         model = cfg.get("synthetic") or {}
         if not isinstance(model, Mapping):
             raise ValueError(f"data.synthetic: expected a mapping of model keywords, got {model!r}")
@@ -170,6 +185,62 @@ def regenerate_every(data_cfg: Mapping[str, Any] | None) -> int:
     return n
 
 
+HELDOUT_SEGMENTS = ("validation", "test")
+
+
+def heldout_counts(data_cfg: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``heldout_validation_series``, ``heldout_test_series`` and ``heldout_bars``, validated: ints
+    (>= 0, both 0 or both > 0; ``heldout_bars`` >= 2 or None), synthetic source only."""
+    cfg = dict(data_cfg or {})
+    out: dict[str, Any] = {}
+    for key in ("heldout_validation_series", "heldout_test_series"):
+        n = cfg.get(key, 0)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"data.{key}: expected an int >= 0 (held-out series), got {n!r}")
+        out[key] = n
+    bars = cfg.get("heldout_bars")
+    if bars is not None and (isinstance(bars, bool) or not isinstance(bars, int) or bars < 2):
+        raise ValueError(f"data.heldout_bars: expected an int >= 2 (bars per held-out series) or null, got {bars!r}")
+    out["heldout_bars"] = bars
+    v, t = out["heldout_validation_series"], out["heldout_test_series"]
+    if (v == 0) != (t == 0):
+        raise ValueError(f"data.heldout_validation_series, data.heldout_test_series: expected both 0 (time "
+                         f"segments of series data.seed) or both > 0 (sealed held-out series), got {v} and {t}")
+    if v and cfg.get("source", DataSettings.source) != "synthetic":
+        raise ValueError(f"data.heldout_validation_series: only the synthetic source draws held-out series, "
+                         f"got source {cfg.get('source')!r}")
+    return out
+
+
+def heldout_layout(data_cfg: Mapping[str, Any] | None) -> bool:
+    """Whether ``data_cfg`` asks for sealed held-out validation and test series."""
+    return heldout_counts(data_cfg)["heldout_validation_series"] > 0
+
+
+def heldout_seed(data_seed: int, segment: str) -> int:
+    """Generator seed of the held-out ``segment`` series (validation or test): never ``data_seed`` and
+    never the other segment's (and, by its own tag, not a :func:`~rl_zerosync.data.fresh.training_seed`)."""
+    if segment not in HELDOUT_SEGMENTS:
+        raise ValueError(f"segment: expected one of {HELDOUT_SEGMENTS}, got {segment!r}")
+    words = np.random.SeedSequence([int(data_seed), HELDOUT_SEGMENTS.index(segment), 0x5EA1]).generate_state(2)
+    seed = int(words[0]) << 32 | int(words[1])
+    return seed + 1 if seed == int(data_seed) else seed
+
+
+def heldout_market(d: "DataSettings", segment: str) -> MarketData:
+    """The held-out ``segment`` (validation / test) of ``d``: its series as the assets of one market,
+    whole (trading after the features' warm-up); assets named ``<segment>0..``."""
+    from rl_zerosync.data.synthetic import synthetic_market
+
+    n = d.heldout_validation_series if segment == "validation" else d.heldout_test_series
+    seed = heldout_seed(d.seed, segment)
+    ppy = SYNTHETIC_PERIODS_PER_YEAR if d.periods_per_year == "auto" else float(d.periods_per_year)
+    market = synthetic_market(n, d.heldout_bars or d.num_bars, seed, features=d.features, periods_per_year=ppy,
+                              device=d.device, **d.synthetic)
+    check_market_log_returns(market, d.max_abs_log_return, where=f"data.synthetic (held-out {segment}, seed {seed})")
+    return replace(market, asset_names=tuple(f"{segment}{i}" for i in range(n)), segment=segment)
+
+
 def check_data_keys(data_cfg: Mapping[str, Any] | None) -> str:
     """Validate the ``data`` section (:meth:`DataSettings.from_dict`; nothing is loaded); returns the source."""
     return DataSettings.from_dict(data_cfg).source
@@ -181,6 +252,8 @@ def make_market(data_cfg: Mapping[str, Any] | None, split: str = "train") -> Mar
     if split not in SPLITS + ("all",):
         raise ValueError(f"split: expected one of {SPLITS + ('all',)}, got {split!r}")
     ppy = d.periods_per_year
+    if d.source == "synthetic" and d.heldout_validation_series and split in HELDOUT_SEGMENTS:
+        return heldout_market(d, split)
     if d.source == "synthetic":
         from rl_zerosync.data.synthetic import synthetic_market
 
@@ -196,6 +269,11 @@ def make_market(data_cfg: Mapping[str, Any] | None, split: str = "train") -> Mar
         given = {k: v for k, v in dict(data_cfg or {}).items() if k in _FILES and k != "paths"}
         market = load_market(d.paths, fmt=d.source, features=d.features, periods_per_year=ppy,
                              device=d.device, max_abs_log_return=d.max_abs_log_return, **given)
-    if split == "all":
-        return market if d.window is None else market.window(*d.window)
+    if split == "all" or (split == "train" and d.heldout_validation_series):
+        whole = market if d.window is None else market.window(*d.window)
+        return whole if split == "all" else _named(whole, "train")
     return market.split(split, d.split, window=d.window)
+
+
+def _named(market: MarketData, segment: str) -> MarketData:
+    return replace(market, segment=segment)

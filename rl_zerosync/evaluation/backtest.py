@@ -59,6 +59,8 @@ class EvalResult:
     """Per walked rule (buy_and_hold and the tuned rules' chosen variants), per asset equity curves."""
     baseline_net: dict[str, list[np.ndarray]] = field(default_factory=dict)
     """The per-bar net returns behind ``baseline_equity`` (same rules, per asset)."""
+    rule_grid_net: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    """Per rule variant label, per asset the net returns walked (for the evidence: SPA, PBO)."""
     prices: list[np.ndarray] = field(default_factory=list)
     """Per asset the close of the bars of ``E_0..E_n`` (filled by :func:`evaluate_policy`, not by
     :func:`walk_result`: the validation passes during training skip that host read)."""
@@ -181,6 +183,7 @@ def add_baselines(result: EvalResult, grid: Mapping[str, Mapping[str, Mapping[st
             raise ValueError(f"rule_choice[{rule!r}]: unknown variant {choice[rule]!r}")
         result.baselines[rule] = {**grid[choice[rule]], "variant": choice[rule]}
     if nets is not None:
+        result.rule_grid_net = dict(nets)
         labels = {"buy_and_hold": "buy_and_hold", **{r: choice[r] for r in TUNED_RULES}}
         result.baseline_net = {r: [np.asarray(n, dtype=np.float64) for n in nets[label]] for r, label in labels.items()}
         result.baseline_equity = {r: [equity_curve(n) for n in nets[label]] for r, label in labels.items()}

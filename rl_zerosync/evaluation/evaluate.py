@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -242,6 +242,8 @@ class _Evaluation:
     routing: dict[str, float]
     policy: Callable[[torch.Tensor], torch.Tensor]
     out_dir: Path
+    markets: dict = field(default_factory=dict)
+    """Segment -> the market walked (built once: the test segment is read once, for the report)."""
 
     def walk(self, market, **kwargs):
         """The greedy policy over ``market`` (and, unless ``baselines=False``, the rules)."""
@@ -262,6 +264,7 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | None = None,
     The rules' variants are chosen on the validation segment and frozen for the test segment
     (with ``data``: chosen on that file, in sample, and marked so). ``overrides``: ``--set
     data.KEY=VALUE`` items for the evaluated data (any other section: ``SettingsError``)."""
+    from rl_zerosync.evaluation.evidence import add_evidence
     from rl_zerosync.evaluation.report_plot import plot_report
     from rl_zerosync.evaluation.sensitivity import execution_line, execution_report
 
@@ -279,6 +282,8 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | None = None,
     plot_report(results, portfolios, png, execution=report["execution"])
     report["outputs"] = {"metrics_json": str(ev.out_dir / "metrics.json"), "report_png": str(png), **outputs}
     report["summary"] = _summary(ev, results, report, train)
+    add_evidence(report, results, ev.segments, ev.ckpt.parent, ev.settings["run"].get("eval_metric", "sharpe"),
+                 ev.out_dir)
     report["summary_line"] = (_summary_line(ev, results[ev.segments[-1]], report, png)
                               + execution_line(report["execution"]))
     _write_report(report, ev.out_dir)
@@ -328,7 +333,7 @@ def _walk_segments(ev: _Evaluation, reports: dict) -> dict:
 
     results, choice = {}, None
     for segment in ev.segments:
-        market = make_market(ev.data_cfg, segment)
+        market = ev.markets[segment] = make_market(ev.data_cfg, segment)
         res = ev.walk(market, rule_choice=choice)
         choice = res.rule_choice  # chosen on validation, frozen for test
         results[segment] = res
@@ -379,6 +384,7 @@ def _check_overlap(ev: _Evaluation, results: dict, train_market) -> tuple[dict[s
 def _summary(ev: _Evaluation, results: dict, report: dict, train) -> dict[str, Any]:
     """The report's ``summary``: the last segment's policy beside flat, buy-and-hold and the best
     rule (the one with the highest Sharpe on the segment that chose the variants)."""
+    from rl_zerosync.data.data_settings import regenerate_every
     from rl_zerosync.evaluation.backtest import best_rule
 
     last = results[ev.segments[-1]]
@@ -413,7 +419,8 @@ def _summary(ev: _Evaluation, results: dict, report: dict, train) -> dict[str, A
     if train is not None:
         train_sharpe = train.metrics["mean"]["sharpe"]
         summary["train_sharpe"] = train_sharpe
-        summary["train_minus_test_sharpe"] = train_sharpe - m["sharpe"]
+        if not regenerate_every(ev.data_cfg):  # fresh series: the first one is another out-of-sample draw, no gap
+            summary["train_minus_test_sharpe"] = train_sharpe - m["sharpe"]
     if "validation" in results:
         summary["validation_sharpe"] = results["validation"].metrics["mean"]["sharpe"]
     return summary
@@ -439,6 +446,7 @@ def _summary_line(ev: _Evaluation, last, report: dict, png: Path) -> str:
         f"{last.segment}: sharpe {s['sharpe']:+.2f} (flat +0.00, buy&hold {s['rules']['buy_and_hold']:+.2f}, "
         f"best rule: {s['best_rule']} {s['best_rule_sharpe']:+.2f}) | {returns} | "
         f"max drawdown {100 * s['max_drawdown']:.2f}% | {which_txt} | report {png}"
+        + (f" | {report['evidence']['short']}" if "short" in report.get("evidence", {}) else "")
         + (f" | {len(warnings)} warning(s): see stderr / metrics.json" if warnings else "")
     )
 

@@ -118,12 +118,11 @@ def execution_report(ev, results: Mapping[str, Any]) -> dict[str, Any]:
     (:class:`rl_zerosync.evaluation.evaluate._Evaluation`) whose segments walked into ``results``:
     settings, spreads and the last segment's sensitivity (best rule: the one with the highest Sharpe
     on the segment that chose the variants, as in the summary)."""
-    from rl_zerosync.data import make_market
     from rl_zerosync.data.spreads import spread_report
     from rl_zerosync.evaluation.backtest import best_rule
 
     last = ev.segments[-1]
-    market = make_market(ev.data_cfg, last)
+    market = ev.markets[last]  # the segment as walked: not built (read) a second time
     best = best_rule(results[ev.segments[0]].baselines)
     label = results[last].baselines[best].get("variant", best)
     recorded = "execution_lag" in (ev.settings.get("env") or {})

@@ -16,7 +16,10 @@
    warm-up), and the segment walk must have at least 2 tradable bars: ``train`` (with
    ``data.regenerate_every``: the whole series of ``data.num_bars`` bars, the shape of every fresh
    generation), ``validation`` (validation passes) and, with ``run.evaluate``, ``test``.
-3. **Kernels**: which backend runs is printed once (:func:`rl_zerosync.kernels.log_backend`).
+3. **Validation power** (:func:`check_power`): the standard error of an annualized Sharpe on the
+   validation and test segments (tradable bars pooled over assets), printed, and a one-line warning
+   when validation cannot tell Sharpe 1 from 0, saying what to change.
+4. **Kernels**: which backend runs is printed once (:func:`rl_zerosync.kernels.log_backend`).
 
 Every failure is a :class:`PreflightError` (a ``ValueError``) whose message is one line that starts
 with the config file and names the key, the data file, asset, segment or row, and what is needed;
@@ -46,7 +49,8 @@ def check(settings, *, segments: bool = True, log: bool = True) -> dict[str, Any
     :class:`PreflightError`.
     """
     report: dict[str, Any] = {"gpus": check_gpus(settings)}
-    report["segments"] = check_data(settings, segments=segments)
+    report["segments"], periods_per_year = _check_data(settings, segments=segments)
+    report["power"] = check_power(report["segments"], periods_per_year, log=log)
     from rl_zerosync.kernels.backend import backend_info, log_backend
 
     device = _kernel_device(settings)
@@ -170,10 +174,15 @@ def _where(cfg: Mapping[str, Any], files: Mapping[str, str], asset: str | None =
 def check_data(settings, *, segments: bool = True) -> dict[str, Any]:
     """Load and validate the data of ``settings`` once, then every segment the run uses with its env
     tables (see the module doc); returns per segment the tradable bars per asset."""
+    return _check_data(settings, segments=segments)[0]
+
+
+def _check_data(settings, *, segments: bool = True) -> tuple[dict[str, Any], float]:
+    """:func:`check_data` and the data's bars per year."""
     from rl_zerosync.envs import EnvParams
     from rl_zerosync.data.data_settings import DEFAULT_SPLIT, make_market, split_fractions
     from rl_zerosync.envs.core import make_tables
-    from rl_zerosync.data.data_settings import regenerate_every
+    from rl_zerosync.data.data_settings import heldout_layout, regenerate_every
     from rl_zerosync.data.market import check_max_abs_log_return, check_window
 
     src = settings.source
@@ -183,6 +192,7 @@ def check_data(settings, *, segments: bool = True) -> dict[str, Any]:
         fractions = split_fractions(cfg.get("split", DEFAULT_SPLIT))
         window = check_window(cfg["window"]) if cfg.get("window") is not None else None
         regen = regenerate_every(cfg)
+        heldout = heldout_layout(cfg)
         check_max_abs_log_return(cfg.get("max_abs_log_return"))
     except ValueError as err:
         raise PreflightError(f"{src}: {err}") from err
@@ -201,16 +211,21 @@ def check_data(settings, *, segments: bool = True) -> dict[str, Any]:
     spreads, execution = _spread_and_execution_lines(full, cfg, params)
     if "data" in out:  # file data: how it was read, its spreads and how orders execute on it
         out["data"].update(spreads=spreads, execution=execution)
+    periods_per_year = float(full.periods_per_year)
     if not segments:
-        return out
+        return out, periods_per_year
     wanted = [s for s in SEGMENTS if s != "test" or settings.run.evaluate]
     for seg in wanted:
         label = f"data split {seg!r}" + (f" of data.window {list(window)}" if window else "")
         try:
-            if seg == "train" and regen:
-                # Fresh generations: whole series of num_bars bars (the window, if any, applies).
-                label = "training series of data.regenerate_every (whole series)"
+            if seg == "train" and (regen or heldout):
+                # Fresh generations / the held-out layout: the whole series (the window, if any, applies).
+                label = ("training series of data.regenerate_every (whole series)" if regen
+                         else "training series (whole series data.seed: held-out validation and test)")
                 market = full if window is None else full.window(*window)
+            elif heldout:
+                label = f"held-out {seg} series (data.heldout_{seg}_series)"
+                market = make_market(full_cfg, seg)
             else:
                 market = full.split(seg, fractions, window=window)
         except ValueError as err:
@@ -220,6 +235,34 @@ def check_data(settings, *, segments: bool = True) -> dict[str, Any]:
             make_tables(market, params)  # the env's own check, whatever _check_segment missed
         except ValueError as err:
             raise PreflightError(f"{src}: {label}: {_with_files(str(err), files)}") from err
+    return out, periods_per_year
+
+
+def check_power(segments: Mapping[str, Any], periods_per_year: float, *, log: bool = True) -> dict[str, Any]:
+    """Per evaluated segment of :func:`check_data`'s report (``validation``, ``test``) the standard error
+    of an annualized Sharpe over its tradable bars pooled over assets
+    (:func:`rl_zerosync.evaluation.significance.sharpe_standard_error`) and whether it can tell Sharpe 1
+    from 0; ``warning``: validation's one-line message when it cannot (also on stderr), else None.
+    Printed as one line with ``log``."""
+    from rl_zerosync.evaluation.significance import sharpe_power_check, sharpe_standard_error
+
+    p = periods_per_year
+    out: dict[str, Any] = {"warning": None}
+    for seg in ("validation", "test"):
+        if seg not in segments:
+            continue
+        bars = list(segments[seg].values())
+        check = sharpe_power_check(bars, p)
+        out[seg] = {"bars": check.bars, "assets": len(bars), "standard_error": sharpe_standard_error(bars, p),
+                    "can_tell_sharpe_1_from_0": check.ok, "bars_needed": check.bars_needed}
+    if "validation" in out and not out["validation"]["can_tell_sharpe_1_from_0"]:
+        out["warning"] = sharpe_power_check(list(segments["validation"].values()), p).message
+    if log and len(out) > 1:
+        parts = [f"{seg} {v['bars']} bars over {v['assets']} asset(s): SE {v['standard_error']:.2f}"
+                 for seg, v in out.items() if seg != "warning"]
+        print(f"power: standard error of an annualized Sharpe: {'; '.join(parts)}", flush=True)
+        if out["warning"]:
+            print(f"warning: {out['warning']}", file=sys.stderr, flush=True)
     return out
 
 

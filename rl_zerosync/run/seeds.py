@@ -4,8 +4,12 @@ Each seed trains the same config with ``run.seed`` set (env episode schedule, ne
 exploration, replay sampling) in its own process (``--parallel N`` runs N at a time, e.g. several
 on one GPU) into ``<dir>/<name>/seed<k>/``. ``seeds.json`` holds, per seed, the best-validation
 iteration and metric and the test metrics of the best checkpoint beside the rules (variants chosen
-on validation), and over seeds the mean with a 95% bootstrap interval (10,000 resamples of the
-seed mean, percentile interval).
+on validation), and over seeds the mean with, from 5 seeds on, a 95% bootstrap interval of the seed
+mean (10,000 resamples, percentile; ``<key>_seed_ci95``), below 5 seeds the min..max range
+(``<key>_seed_range``: too few seeds for an interval). ``test_sharpe_ci95`` and
+``agent_minus_best_rule_ci95`` resample seeds and bars together (the test returns of every seed and
+asset, :func:`rl_zerosync.evaluation.evidence.pooled_evidence`); ``evidence`` adds PSR, DSR and the
+trials counted (the rule variants once, every seed's checkpoints compared on validation).
 """
 from __future__ import annotations
 
@@ -19,6 +23,8 @@ from typing import Any, Sequence
 import numpy as np
 
 BOOTSTRAP_RESAMPLES = 10_000
+MIN_SEEDS_FOR_INTERVAL = 5
+"""Fewer seeds than this give a min..max range over seeds, not a bootstrap interval."""
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -64,23 +70,65 @@ def seed_record(run_dir: Path) -> dict[str, Any]:
         "agent_minus_best_rule": s["agent_minus_best_rule"],
         "rules_test_sharpe": s["rules"],
         "rule_variants": s.get("rule_variants"),
+        "test_sharpe_ci95": s.get("test_sharpe_ci95"),
+        "agent_minus_best_rule_ci95": s.get("agent_minus_best_rule_ci95"),
+        "deflated_sharpe": s.get("deflated_sharpe"),
+        "trials": s.get("trials"),
+        "pbo": s.get("pbo"),
+        "heldout_test_series": s.get("heldout_test_series", 0),
         "iterations": rows[-1]["iteration"] if rows else 0,
         "validation_curve": [[r["iteration"], r["eval/validation_sharpe"]] for r in evals],
     }
 
 
-def summarize(per_seed: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    """Mean and 95% bootstrap interval over seeds of the headline numbers."""
+def seed_spread(values: Sequence[float]) -> tuple[float, str, list[float]]:
+    """Mean over seeds and its spread: ``("seed_ci95", bootstrap interval)`` from
+    :data:`MIN_SEEDS_FOR_INTERVAL` seeds on, else ``("seed_range", [min, max])``."""
+    if len(values) >= MIN_SEEDS_FOR_INTERVAL:
+        mean, ci = mean_ci95(values)
+        return mean, "seed_ci95", ci
+    return float(np.mean(values)), "seed_range", [float(min(values)), float(max(values))]
+
+
+def seeds_evidence(returns: Sequence[dict[str, Any]], seed: int = 0) -> dict[str, Any]:
+    """:func:`~rl_zerosync.evaluation.evidence.pooled_evidence` over the seeds' test returns (seeds x
+    assets series, seeds and bars resampled; ``returns``: one :func:`read_returns` per seed)."""
+    from rl_zerosync.evaluation.evidence import pooled_evidence
+
+    agent = [x for r in returns for x in r["agent"]]
+    best = [x for r in returns for x in r["best_rule"]]
+    bench = [x for r in returns for x in r["buy_and_hold"]]
+    n_rules = returns[0]["rule_variants"]
+    ckpts = sum(r["checkpoints"] for r in returns)
+    sharpes = list(returns[0]["trial_sharpes"][:n_rules]) + [s for r in returns for s in r["trial_sharpes"][n_rules:]]
+    trials = {"n": n_rules + ckpts, "rule_variants": n_rules, "checkpoints": ckpts, "sharpes": sharpes,
+              "counted": f"{n_rules} rule variants searched on validation + {ckpts} checkpoints compared on "
+                         f"validation over {len(returns)} seed(s) (all counted: conservative)"}
+    return pooled_evidence(agent, best, bench, returns[0]["periods_per_year"], trials, resample_series=True,
+                           seed=seed)
+
+
+def summarize(per_seed: dict[int, dict[str, Any]], returns: Sequence[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Mean over seeds of the headline numbers with their seed spread (:func:`seed_spread`) and, given
+    the seeds' test ``returns``, the intervals over seeds and bars (:func:`seeds_evidence`)."""
     out: dict[str, Any] = {"seeds": len(per_seed)}
     for key in ("test_sharpe", "agent_minus_best_rule", "best_rule_test_sharpe", "best_validation_sharpe",
                 "train_minus_test_sharpe", "test_total_return"):
         vals = [r[key] for r in per_seed.values() if r.get(key) is not None]
         if vals:
-            mean, ci = mean_ci95(vals)
-            out[f"{key}_mean"], out[f"{key}_ci95"] = mean, ci
+            mean, kind, spread = seed_spread(vals)
+            out[f"{key}_mean"], out[f"{key}_{kind}"] = mean, spread
     rules = next(iter(per_seed.values()))["rules_test_sharpe"]
     out["rules_test_sharpe_mean"] = {r: float(np.mean([p["rules_test_sharpe"][r] for p in per_seed.values()]))
                                      for r in rules}
+    if returns:
+        ev = seeds_evidence(returns)
+        out["evidence"] = ev
+        out["test_sharpe_ci95"] = [ev["intervals"]["agent"]["low"], ev["intervals"]["agent"]["high"]]
+        d = ev["intervals"]["agent_minus_best_rule"]
+        out["agent_minus_best_rule_ci95"] = [d["low"], d["high"]]
+        out["deflated_sharpe"], out["psr"] = ev["deflated_sharpe"]["value"], ev["psr"]["value"]
+        out["trials"], out["ci_method"] = ev["trials"]["n"], ev["ci_method"]
     return out
 
 
@@ -121,9 +169,12 @@ def train_seeds(config: str, overrides: Sequence[str], seeds: Sequence[int], *, 
             print(f"seed {seed}: exit {proc.returncode} after {walls[seed]:.0f} s", flush=True)
     if failed:
         raise RuntimeError(f"seeds {sorted(failed)} failed (exit codes {failed}); see {parent}/seed<k>/train.log")
+    from rl_zerosync.evaluation.evidence import read_returns
+
     per_seed = {s: {**seed_record(parent / f"seed{s}"), "wall_s": walls[s]} for s in seeds}
+    returns = [read_returns(parent / f"seed{s}" / "evaluation") for s in seeds]
     report = {"config": str(config), "overrides": list(overrides), "per_seed": per_seed,
-              "summary": summarize(per_seed)}
+              "summary": summarize(per_seed, returns)}
     (parent / "seeds.json").write_text(json.dumps(report, indent=2, default=float))
     report["path"] = str(parent / "seeds.json")
     return report
@@ -131,8 +182,14 @@ def train_seeds(config: str, overrides: Sequence[str], seeds: Sequence[int], *, 
 
 def summary_line(report: dict[str, Any]) -> str:
     s = report["summary"]
-    lo, hi = s["test_sharpe_ci95"]
     r = s["rules_test_sharpe_mean"]
-    return (f"{s['seeds']} seeds: test sharpe {s['test_sharpe_mean']:+.2f} [{lo:+.2f}, {hi:+.2f}] | best rule "
+    if "test_sharpe_ci95" in s:
+        lo, hi = s["test_sharpe_ci95"]
+        spread = f"[{lo:+.2f}, {hi:+.2f}] (95% over seeds and bars)"
+    else:
+        kind = "seed_ci95" if "test_sharpe_seed_ci95" in s else "seed_range"
+        lo, hi = s[f"test_sharpe_{kind}"]
+        spread = f"[{lo:+.2f}, {hi:+.2f}] ({'95% over seeds' if kind == 'seed_ci95' else 'range over seeds'})"
+    return (f"{s['seeds']} seeds: test sharpe {s['test_sharpe_mean']:+.2f} {spread} | best rule "
             f"{s['best_rule_test_sharpe_mean']:+.2f} | agent - best rule {s['agent_minus_best_rule_mean']:+.2f} | "
             + " ".join(f"{k} {v:+.2f}" for k, v in r.items()))

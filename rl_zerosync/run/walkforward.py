@@ -10,11 +10,20 @@ train / validation / test with the run's ``data.split`` fractions ``(train, vali
   overlap, and inside every fold train < validation < test in time. Fold ``i + 1`` trains on bars
   that were fold ``i``'s validation and test bars (retraining per fold, as in a live deployment).
 * ``K = 1`` is the plain split of the whole series.
+* ``anchored=True`` (``--anchored``, expanding windows): fold ``i`` covers ``[0, i * s + L]`` instead;
+  its validation and test segments are the rolling fold's (the same bars: ``validation * L`` and
+  ``test * L`` before the window's end), its training segment grows from the series start. The
+  fold's ``data.split`` is rescaled to its window (:func:`fold_split`).
 
 When the config already sets ``data.window``, the folds tile that window instead of the whole series.
 Every fold is a fresh training run ``<run.dir>/<run.name>/fold<i>`` (:func:`rl_zerosync.run.train.train`,
 evaluated on its validation and test segments at the end); :func:`walk_forward` collects the test
-summaries per fold and pooled over folds into ``<run.dir>/<run.name>/walk_forward.json``.
+summaries per fold and pooled over folds into ``<run.dir>/<run.name>/walk_forward.json``. With
+``seeds`` every fold trains once per seed (``<run.name>/seed<k>/fold<i>``, ``run.seed = k``), seeds x
+folds pooled. ``evidence`` (:func:`walk_forward_evidence`): each asset's test returns stitched over
+the folds (the pooled out-of-sample period), the agent's mean Sharpe, agent - best rule and agent -
+buy-and-hold with block-bootstrap intervals over bars (and seeds, with several), PSR and DSR with
+the trials counted (rule variants searched in every fold, checkpoints compared in every run).
 
 Synthetic data is rejected: its held-out evaluation uses fresh series from other seeds.
 """
@@ -25,6 +34,8 @@ import math
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Mapping, Sequence
+
+import numpy as np
 
 from rl_zerosync.data.data_settings import DEFAULT_SPLIT, split_fractions
 from rl_zerosync.data.market import SPLITS, check_window
@@ -42,12 +53,13 @@ POOLED_KEYS = ("sharpe", "total_return", "max_drawdown", "flat_sharpe", "buy_and
                "agent_minus_best_rule", "train_sharpe", "validation_sharpe", "turnover_per_bar")
 
 
-def fold_windows(k: int, fractions: Any = None,
-                 within: Sequence[float] | None = None) -> list[tuple[float, float]]:
+def fold_windows(k: int, fractions: Any = None, within: Sequence[float] | None = None,
+                 anchored: bool = False) -> list[tuple[float, float]]:
     """The K fold windows ``[(lo, hi), ...]`` (fractions of each asset's bars, see the module doc).
 
     ``fractions``: ``data.split`` (a dict or a 3-sequence, default 0.7/0.15/0.15); only its test
     fraction sets the geometry. ``within``: a ``data.window`` to tile instead of ``[0, 1]``.
+    ``anchored``: every window starts at ``within``'s start (expanding windows).
     """
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"walk-forward: K (the number of folds) must be an int >= 1, got {k!r}")
@@ -64,17 +76,38 @@ def fold_windows(k: int, fractions: Any = None,
     step = Fraction(test) * length
     windows = []
     for i in range(k):
-        lo, hi = i * step, i * step + length
+        lo, hi = (0 if anchored else i * step), i * step + length
         windows.append((float(base + span * lo), float(base + span * hi)))
     return windows
 
 
-def _fold_settings(settings, i: int, window: tuple[float, float]):
+def fold_split(i: int, k: int, fractions: Any = None, anchored: bool = False) -> tuple[float, float, float]:
+    """Fold ``i``'s ``data.split``: the run's fractions for rolling folds; for anchored ones rescaled
+    to the expanding window ``[0, i * s + L]``, so that validation and test keep the rolling fold's
+    lengths ``validation * L`` and ``test * L`` (train takes the rest)."""
+    fr = split_fractions(DEFAULT_SPLIT if fractions is None else fractions)
+    if not anchored:
+        return fr
+    if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < k:
+        raise ValueError(f"walk-forward: fold index must be an int in [0, {k}), got {i!r}")
+    train, val, test = (Fraction(x) for x in fr)
+    length = 1 / (1 + (k - 1) * test)
+    width = i * test * length + length
+    val_f, test_f = val * length / width, test * length / width
+    return (float(1 - val_f - test_f), float(val_f), float(test_f))
+
+
+def _fold_settings(settings, i: int, window: tuple[float, float], split: Sequence[float] | None = None,
+                   name: str | None = None, seed: int | None = None):
     from rl_zerosync.config.settings import from_dict
 
     raw = settings.to_dict()
     raw["data"]["window"] = [window[0], window[1]]
-    raw["run"]["name"] = f"{settings.run.name}/fold{i}"
+    if split is not None:
+        raw["data"]["split"] = list(split)
+    raw["run"]["name"] = f"{name or settings.run.name}/fold{i}"
+    if seed is not None:
+        raw["run"]["seed"] = int(seed)
     raw["run"]["evaluate"] = True  # the fold's test summary is the point of the fold
     return from_dict(raw, source=f"{settings.source} (walk-forward fold {i})")
 
@@ -200,6 +233,12 @@ def pooled_line(pooled: Mapping[str, Any]) -> str:
             f"chained return {_fmt(pooled.get('chained_total_return'), pct=True)}")
     if "folds_beating_buy_and_hold" in pooled:
         line += f" | beats buy&hold in {pooled['folds_beating_buy_and_hold']}/{n} folds"
+    if "test_sharpe_ci95" in pooled:
+        lo, hi = pooled["test_sharpe_ci95"]
+        dlo, dhi = pooled["agent_minus_best_rule_ci95"]
+        dsr = pooled.get("deflated_sharpe")
+        line += (f" | pooled sharpe {_fmt(pooled['pooled_test_sharpe'])} 95% CI [{lo:+.2f}, {hi:+.2f}], vs best rule "
+                 f"[{dlo:+.2f}, {dhi:+.2f}], DSR {_fmt(dsr, sign=False)} over {pooled['trials']} trials")
     return line
 
 
@@ -219,10 +258,59 @@ def _json_default(x: Any) -> Any:
     return str(x)
 
 
-def walk_forward(settings, k: int, out_dir: str | Path | None = None, *, overwrite: bool = False) -> dict[str, Any]:
+def walk_forward_evidence(folds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The pooled evidence of finished folds (see the module doc); folds without their per-bar test
+    returns (``returns_test.npz`` beside ``metrics.json``) give ``{"value": None, "reason": ...}``."""
+    from rl_zerosync.evaluation.evidence import pooled_evidence, read_returns
+
+    by_seed: dict[Any, list[dict[str, Any]]] = {}
+    try:
+        for fold in folds:
+            by_seed.setdefault(fold.get("seed"), []).append(read_returns(Path(fold["run_dir"]) / "evaluation"))
+    except FileNotFoundError as err:
+        return {"value": None, "reason": str(err)}
+    agent, best, bench, sharpes = [], [], [], []
+    n_rules = ckpts = 0
+    for runs in by_seed.values():
+        for side, out in (("agent", agent), ("best_rule", best), ("buy_and_hold", bench)):
+            assets = len(runs[0][side])
+            out += [np.concatenate([r[side][a] for r in runs]) for a in range(assets)]
+        for r in runs:
+            n_rules += r["rule_variants"]
+            ckpts += r["checkpoints"]
+            sharpes += list(r["trial_sharpes"])
+    n_folds = len(next(iter(by_seed.values())))
+    trials = {"n": n_rules + ckpts, "rule_variants": n_rules, "checkpoints": ckpts, "sharpes": sharpes,
+              "counted": f"{n_rules} rule variants ({n_rules // max(len(folds), 1)} searched on validation in each of "
+                         f"{len(folds)} fold run(s)) + {ckpts} checkpoints compared on validation"}
+    first = read_returns(Path(folds[0]["run_dir"]) / "evaluation")
+    ev = pooled_evidence(agent, best, bench, first["periods_per_year"], trials, resample_series=len(by_seed) > 1)
+    ev["series"] = (f"{len(by_seed)} seed(s) x {len(agent) // max(len(by_seed), 1)} asset(s), each the test "
+                    f"segments of {n_folds} folds stitched in time")
+    if 1 < len(by_seed) < 5:
+        ev["seeds_note"] = f"{len(by_seed)} seeds: the seed-level part of the interval is poorly estimated"
+    return ev
+
+
+def _evidence_summary(ev: Mapping[str, Any]) -> dict[str, Any]:
+    """``walk_forward.json``'s share of the evidence beside ``pooled``."""
+    if ev.get("intervals") is None:
+        return {}
+    iv = ev["intervals"]
+    return {"pooled_test_sharpe": iv["agent"]["estimate"],
+            "test_sharpe_ci95": [iv["agent"]["low"], iv["agent"]["high"]],
+            "agent_minus_best_rule": iv["agent_minus_best_rule"]["estimate"],
+            "agent_minus_best_rule_ci95": [iv["agent_minus_best_rule"]["low"], iv["agent_minus_best_rule"]["high"]],
+            "deflated_sharpe": ev["deflated_sharpe"]["value"], "psr": ev["psr"]["value"],
+            "trials": ev["trials"]["n"], "ci_method": ev["ci_method"]}
+
+
+def walk_forward(settings, k: int, out_dir: str | Path | None = None, *, overwrite: bool = False,
+                 anchored: bool = False, seeds: Sequence[int] | None = None) -> dict[str, Any]:
     """Train and evaluate K walk-forward folds of ``settings`` (a file data source); returns the
     report written to ``<out_dir>/walk_forward.json`` (default ``out_dir``: the run directory).
 
+    ``anchored``: expanding windows (module doc). ``seeds``: every fold once per seed, seeds x folds.
     Every fold's windows and segments are built and checked against ``env`` before the first fold
     trains. A fold whose training was interrupted ends the walk: the report then has the folds done
     and ``"complete": false``.
@@ -238,28 +326,40 @@ def walk_forward(settings, k: int, out_dir: str | Path | None = None, *, overwri
         )
     try:
         fractions = split_fractions(settings.data.get("split", DEFAULT_SPLIT))
-        windows = fold_windows(k, fractions, within=settings.data.get("window"))
+        windows = fold_windows(k, fractions, within=settings.data.get("window"), anchored=anchored)
     except ValueError as err:
         raise WalkForwardError(str(err)) from err
+    if seeds is not None and (not seeds or len(set(seeds)) != len(seeds)):
+        raise WalkForwardError(f"walk-forward: seeds must be distinct ints >= 0, got {list(seeds)!r}")
     out_dir = Path(out_dir) if out_dir is not None else settings.run_dir
     folds_settings, folds = [], []
-    for i, window in enumerate(windows):
-        fold_cfg = _fold_settings(settings, i, window)
-        try:
-            segments = fold_segments(fold_cfg.data, fold_cfg.env)
-        except ValueError as err:
-            raise WalkForwardError(f"walk-forward fold {i} of {k} (data.window {list(window)}): {err}") from err
-        folds_settings.append(fold_cfg)
-        folds.append({"fold": i, "window": list(window), "run_dir": str(fold_cfg.run_dir), "segments": segments})
+    for seed in (list(seeds) if seeds is not None else [None]):
+        name = settings.run.name if seed is None else f"{settings.run.name}/seed{seed}"
+        for i, window in enumerate(windows):
+            split = fold_split(i, k, fractions, anchored) if anchored else None
+            fold_cfg = _fold_settings(settings, i, window, split, name=name, seed=seed)
+            try:
+                segments = fold_segments(fold_cfg.data, fold_cfg.env)
+            except ValueError as err:
+                raise WalkForwardError(f"walk-forward fold {i} of {k} (data.window {list(window)}): {err}") from err
+            folds_settings.append(fold_cfg)
+            fold = {"fold": i, "window": list(window), "run_dir": str(fold_cfg.run_dir), "segments": segments}
+            if split is not None:
+                fold["split"] = list(split)
+            if seed is not None:
+                fold["seed"] = seed
+            folds.append(fold)
     report: dict[str, Any] = {
         "k": k, "config": settings.source, "name": settings.run.name, "split": list(fractions),
-        "within": [windows[0][0], windows[-1][1]],
+        "within": [windows[0][0], windows[-1][1]], "anchored": bool(anchored),
+        "seeds": list(seeds) if seeds is not None else None,
         "folds": [], "pooled": {}, "complete": False,
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / RESULT_FILE
     for fold, fold_cfg in zip(folds, folds_settings):
-        print(f"walk-forward: fold {fold['fold'] + 1}/{k}, window {fold['window']}, run {fold['run_dir']}", flush=True)
+        print(f"walk-forward: fold {fold['fold'] + 1}/{k}{'' if 'seed' not in fold else ', seed %d' % fold['seed']}, "
+              f"window {fold['window']}, run {fold['run_dir']}", flush=True)
         result = train_module.train(fold_cfg, overwrite=overwrite)
         evaluation = result.get("evaluation") if isinstance(result, Mapping) else None
         if evaluation is None:
@@ -273,8 +373,14 @@ def walk_forward(settings, k: int, out_dir: str | Path | None = None, *, overwri
         report["folds"].append(fold)
         report["pooled"] = pool([f["summary"] for f in report["folds"]])
         path.write_text(json.dumps(report, indent=2, default=_json_default))  # partial results survive a crash
-    report["complete"] = len(report["folds"]) == k
+    report["complete"] = len(report["folds"]) == len(folds)
     report["pooled"] = pool([f["summary"] for f in report["folds"]])
+    if seeds is not None:
+        report["pooled_per_seed"] = {str(s): pool([f["summary"] for f in report["folds"] if f["seed"] == s])
+                                     for s in seeds}
+    if report["folds"]:
+        report["evidence"] = walk_forward_evidence(report["folds"])
+        report["pooled"].update(_evidence_summary(report["evidence"]))
     report["lines"] = [fold_line(f) for f in report["folds"]] + [pooled_line(report["pooled"])]
     path.write_text(json.dumps(report, indent=2, default=_json_default))
     report["path"] = str(path)
