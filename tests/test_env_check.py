@@ -125,5 +125,5 @@ def test_no_host_sync_on_cuda():
 
     check_batched_env(Walk(device="cuda"))
     check_batched_env(BatchedCartPole({}, num_envs=64, device="cuda", seed=0))
-    with pytest.raises(BatchedEnvCheckError, match=r"step\(\) read device memory on the host"):
+    with pytest.raises(BatchedEnvCheckError, match=r"step\(\) synchronized with the host"):
         check_batched_env(Syncs(device="cuda"))

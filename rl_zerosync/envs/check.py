@@ -8,8 +8,9 @@ A few steps of the env itself, checked against the protocol (see :mod:`rl_zerosy
   done flag is its own error: ``done * x`` arithmetic works on floats and silently breaks masks);
 * auto-reset: where an episode ended, ``obs`` (the next episode's start) differs from ``final_obs``
   in at least one ended env; where none ended, ``obs`` equals ``final_obs``;
-* no host sync: on CUDA, ``reset``/``step`` run under ``torch.cuda.set_sync_debug_mode("error")``
-  (a host read in them would break the runner's CUDA graph);
+* no host sync: on CUDA, ``step`` runs under ``torch.cuda.set_sync_debug_mode("error")`` (the runner
+  captures ``step`` in a CUDA graph, where a host read or a synchronous copy fails; ``reset`` runs
+  outside the graph and is not checked for syncs);
 * determinism: ``reset()`` and the same actions twice give the same outputs bit for bit.
 
 The check steps the env it is given and leaves it stepped: call ``env.reset()`` afterwards (the GPU
@@ -82,14 +83,15 @@ def _no_host_sync(device: torch.device) -> Iterator[None]:
 
 
 def _call(env: BatchedEnv, label: str, what: str, fn, *args):
-    """``fn(*args)`` under the no-sync check; a sync is a named error."""
+    """``fn(*args)`` under the no-sync check (CUDA); a sync is a named error."""
     try:
         with _no_host_sync(torch.device(env.device)):
             return fn(*args)
     except RuntimeError as e:
         if "synchroniz" in str(e).lower():
-            raise _fail(label, f"{what} read device memory on the host (a sync: {e}); the runner captures "
-                               "rollouts in a CUDA graph, so reset/step must keep values on the device") from e
+            raise _fail(label, f"{what} synchronized with the host ({e}); the runner captures step() in a "
+                               "CUDA graph, so it must keep values on the device (no .item(), bool(tensor), "
+                               ".cpu(), torch.nonzero or copies from host memory)") from e
         raise
 
 
@@ -97,7 +99,7 @@ def _run(env: BatchedEnv, label: str, num_envs: int, dim: int, n: int, steps: in
     """``reset()`` then ``steps`` steps of fixed actions; each step's outputs, cloned (an env may
     return views of buffers it overwrites). Entry 0 is the reset (``obs`` only)."""
     device = torch.device(env.device)
-    obs = _call(env, label, "reset()", env.reset)
+    obs = env.reset()
     _check_tensor(label, "reset() obs", obs, torch.float32, (num_envs, dim), device)
     out = [{"obs": obs.clone()}]
     index = torch.arange(num_envs, device=device)

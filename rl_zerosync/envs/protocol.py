@@ -30,7 +30,7 @@ counters (see :mod:`rl_zerosync.kernels.rng`) or be graph-safe.
 
 Check an env with :func:`rl_zerosync.envs.check.check_batched_env` (gymnasium's ``check_env`` for
 batched envs: shapes and dtypes of ``reset``/``step`` against the spaces, bool done flags (float
-ones are an error), auto-reset, no host sync on CUDA, determinism of ``reset()`` + the same
+ones are an error), auto-reset, no host sync in ``step`` on CUDA, determinism of ``reset()`` + the same
 actions). The GPU env runner runs it on its own envs once, when it builds them, before its rollout
 resets them (``env_config["runner"]["check_env"]: False`` skips it); a failure is a
 ``BatchedEnvCheckError`` naming the env and what was expected.
