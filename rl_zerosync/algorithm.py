@@ -367,6 +367,18 @@ class ZeroSyncDQN(DQN):
                 raise_root_cause(err, errors)
                 raise
 
+    @override(DQN)
+    def evaluate(self, *args, **kwargs):
+        """RLlib's ``evaluate``; without evaluation runners a ValueError saying what to configure
+        (RLlib would step the training runner's envs, counting them as training samples)."""
+        if self.eval_env_runner_group is None and self.evaluation_dataset is None:
+            raise ValueError(
+                "algo.evaluate(): no evaluation runners are configured; set config.evaluation("
+                "evaluation_interval=1 (evaluate every iteration, on a local evaluation runner with "
+                "evaluation_num_env_runners=0) or evaluation_num_env_runners=n (n remote evaluation runners), "
+                "evaluation_duration=k, evaluation_duration_unit='episodes' or 'timesteps')")
+        return super().evaluate(*args, **kwargs)
+
     @property
     def local_learner(self):
         """The learner living in this process (``num_learners`` 0), else None.

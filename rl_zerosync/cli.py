@@ -161,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in argv or os.environ.get("RL_ZEROSYNC_DEBUG", "") not in ("", "0")
     args = _parser().parse_args([a for a in argv if a != "--debug"])
     args.debug = debug
+    from rl_zerosync.run.ray_console import quiet_ray_notices
+
+    quiet_ray_notices()  # Ray's repeated notices once at debug level, in this command only
     try:
         _preflight(args)
         return _command(args)

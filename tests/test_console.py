@@ -1,10 +1,12 @@
 """The console: ``it n/N`` with elapsed time and ETA, episode metrics as running means over the
-last 100 episodes (shown on every line once episodes have ended), ``--version``."""
+last 100 episodes (shown on every line once episodes have ended), ``--version``; Ray's repeated
+notices once at debug level in our commands only; distinct names for distinct metrics."""
 from __future__ import annotations
 
 import io
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -43,3 +45,47 @@ def test_running_means_cover_the_last_100_episodes_and_fill_blank_iterations():
 def test_version_flag():
     out = subprocess.run([sys.executable, "-m", "rl_zerosync", "--version"], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.startswith("rl-zerosync ")
+
+
+def test_ray_notices_once_at_debug_in_our_commands_only(caplog):
+    import logging
+
+    from rl_zerosync.run.ray_console import DEBUG_LOGGER, NOTICES, OnceAtDebug, quiet_ray_notices
+
+    gputil = logging.getLogger("ray.tune.utils.util")
+    assert not any(isinstance(f, OnceAtDebug) for f in gputil.filters)  # importing changes nothing
+    quiet_ray_notices()
+    quiet_ray_notices()  # idempotent
+    try:
+        assert sum(isinstance(f, OnceAtDebug) for f in gputil.filters) == 1
+        with caplog.at_level(logging.DEBUG):
+            for _ in range(3):
+                gputil.warning("Install gputil for GPU system monitoring.")
+            gputil.warning("something else")
+        warned = [r for r in caplog.records if r.levelno >= logging.WARNING]
+        assert [r.getMessage() for r in warned] == ["something else"]
+        debug = [r for r in caplog.records if r.name == DEBUG_LOGGER]
+        assert len(debug) == 1 and "Install gputil" in debug[0].getMessage()
+    finally:
+        for name in NOTICES:
+            logger = logging.getLogger(name)
+            for f in [f for f in logger.filters if isinstance(f, OnceAtDebug)]:
+                logger.removeFilter(f)
+
+
+def test_the_cli_prints_no_ray_notices(tmp_path):
+    smoke = str(Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml")
+    out = subprocess.run([sys.executable, "-m", "rl_zerosync", "train", "--config", smoke,
+                          "--set", f"run.dir={tmp_path}", "--set", "run.iterations=1", "--set", "run.evaluate=false"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    for notice in ("DeprecationWarning", "new API stack", "Install gputil"):
+        assert notice not in out.stderr, out.stderr
+
+
+def test_distinct_metrics_have_distinct_names():
+    from rl_zerosync.envs.episode_stats import METRICS_SIZE, summarize_metrics
+
+    names = summarize_metrics([1.0] * METRICS_SIZE)
+    assert "episode_equity_return_mean" in names
+    assert "episode_return_mean" not in names  # RLlib's key (summed reward) stays RLlib's meaning

@@ -57,7 +57,9 @@ def test_evaluation_returns_metrics(ray_local, unit, duration):
         assert ev["num_episodes"] >= duration
         assert ev["episode_len_mean"] > 0
     else:
-        assert steps == 384  # 300 rounded up to whole rollouts of 16 envs x 8 steps
+        # 300 rounded up to whole rollouts of 16 envs x 8 steps, then until the episodes started in
+        # that window have ended (so long episodes count as often as short ones)
+        assert steps >= 384 and ev["num_episodes"] >= 1
     assert result["env_runners"]["sample_end_calls"] >= 1  # training runner: on_sample_end fired
 
 

@@ -58,10 +58,12 @@ from ray.rllib.utils.typing import ResultDict, StateDict
 from rl_zerosync.actions import NUM_ACTIONS, NUM_EXPOSURES
 from rl_zerosync.env_runner.episode_tracker import EpisodeStatsTracker
 from rl_zerosync.env_runner.episodes import EpisodeBuilder
+from rl_zerosync.env_runner.eval_window import EvalWindow
 from rl_zerosync.env_runner.rollout import EXPLORE, GREEDY, RANDOM, ROLLOUT_KEYS, ROUTING_KEYS, DeviceRollout
 from rl_zerosync.env_runner.runner_settings import RunnerSettings, action_mode_from_model_config
 from rl_zerosync.env_runner.weights import copy_weights_in_place
 from rl_zerosync.envs.batched import observation_space  # noqa: F401  (re-exported by env_runner)
+from rl_zerosync.envs.check import check_batched_env
 from rl_zerosync.envs.protocol import BatchedEnv
 from rl_zerosync.envs.registry import env_class_of, resolve_batched_env, spaces_of
 from rl_zerosync.kernels import get_kernels
@@ -157,9 +159,15 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
     Evaluation (``config.evaluation(...)``): an evaluation runner (``config.in_evaluation``) samples
     greedily (``explore=False``, RLlib's evaluation default) on the device and returns one
     :class:`RolloutCount` per rollout, which is what RLlib's evaluation loop counts steps with;
-    ``evaluation_duration_unit="episodes"`` runs rollouts until that many episodes ended (counted
-    from each rollout's one readback), ``"timesteps"`` rounds up to whole rollouts. Metrics land in
-    ``result["evaluation"]["env_runners"]``. The trading env evaluates on ``env_config["split"]``
+    which episodes count is decided when each starts (:mod:`rl_zerosync.env_runner.eval_window`), so
+    the mean does not favour short episodes: ``evaluation_duration_unit="episodes"`` counts a quota of
+    the episodes each env starts and runs rollouts until all of them ended; ``"timesteps"`` counts
+    every episode started within the duration (rounded up to whole rollouts) and runs until they
+    ended. Episodes already running when an evaluation starts do not count. The episode metrics
+    (``episode_return_mean``, ``episode_len_mean``, min/max, ``num_episodes``) are over the counted
+    episodes; the env's own metrics (``metrics_key``) cover every episode the rollouts ended. Metrics
+    land in ``result["evaluation"]["env_runners"]``. The local training runner does not evaluate:
+    ``algo.evaluate()`` without evaluation runners is a ValueError saying what to configure. The trading env evaluates on ``env_config["split"]``
     (default ``"train"``; set ``evaluation_config={"env_config": {..., "split": "validation"}}``).
 
     After every sample, ``last_extras`` holds the routing inputs each step saw (``spread``,
@@ -198,7 +206,7 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
         self._rollout: Optional[DeviceRollout] = None
         self._episodes: Optional[EpisodeBuilder] = None
         self.last_extras: Dict[str, torch.Tensor] = {}
-        self._last_episodes = 0
+        self._last_host: Dict[str, torch.Tensor] = {}
         self._callbacks: List[RLlibCallback] = [cls() for cls in force_list(self.config.callbacks_class)]
         _warn_per_episode_callbacks(self._callbacks, self.config)
         self.module = None
@@ -225,11 +233,21 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
 
     @override(EnvRunner)
     def make_env(self) -> None:
-        """The N envs from ``config.env``'s registry factory (the trading env too), then the rollout."""
+        """The N envs from ``config.env``'s registry factory (the trading env too), checked against
+        the protocol (``runner.check_env``), then the rollout (which resets them)."""
         context = EnvContext(dict(self.config.env_config or {}), worker_index=self.worker_index,
                              num_workers=int(self.config.num_env_runners or 0))
         self.env = self._env_factory(context, self.num_envs, self.device, self.seed)
+        if self.settings.check_env:
+            self._check_env()
         self._make_rollout()
+
+    def _check_env(self) -> None:
+        """:func:`check_batched_env` on the runner's own envs (no extra instance), metrics zeroed after."""
+        env = self.config.env
+        label = f"config.env {env.__name__ if isinstance(env, type) else repr(env)}"
+        check_batched_env(self.env, name=label)
+        self.env.reset_metrics()
 
     def _make_rollout(self) -> None:
         s = self.settings
@@ -320,28 +338,30 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
 
     def _sample_for_evaluation(self, mode: str, num_timesteps: Optional[int],
                                num_episodes: Optional[int]) -> List["RolloutCount"]:
-        """Evaluation rollouts on the device (metrics logged as in training): enough for
-        ``num_episodes`` ended episodes, else ``num_timesteps`` (rounded up), else one rollout."""
+        """Evaluation rollouts on the device until the :class:`EvalWindow`'s counted episodes have all
+        ended: ``num_episodes`` of them (a per-env quota), else every episode started within
+        ``num_timesteps`` (rounded up to whole rollouts; default one rollout). Only counted episodes
+        enter the episode metrics, so their mean does not favour short episodes."""
         per = self.num_envs * self.num_steps
-        out: List[RolloutCount] = []
         if num_episodes is not None:
             if isinstance(num_episodes, bool) or not isinstance(num_episodes, int) or num_episodes < 1:
                 raise ValueError(f"evaluation_duration (episodes): expected an int >= 1, got {num_episodes!r}")
-            ended = 0
-            while ended < num_episodes:
-                if len(out) >= MAX_EVAL_ROLLOUTS:
-                    raise RuntimeError(
-                        f"evaluation: {ended} of {num_episodes} episodes ended in {len(out)} rollouts of "
-                        f"{self.num_envs} envs x {self.num_steps} steps; episodes this long need "
-                        "evaluation_duration_unit='timesteps'")
-                self._sample_once(mode, device_output=self.device.type == "cuda")
-                ended += self._last_episodes  # host read: from this rollout's one readback
-                out.append(RolloutCount(per))
+            window = EvalWindow(self.num_envs, num_episodes=num_episodes)
         else:
             count = 1 if num_timesteps is None else max(1, math.ceil(num_timesteps / per))
-            for _ in range(count):
-                self._sample_once(mode, device_output=self.device.type == "cuda")
-                out.append(RolloutCount(per))
+            window = EvalWindow(self.num_envs, window_steps=count * self.num_steps)
+        out: List[RolloutCount] = []
+        while not window.finished:
+            if len(out) >= MAX_EVAL_ROLLOUTS:
+                raise RuntimeError(
+                    f"evaluation: {len(window.episodes)} counted episodes ended, others still running after "
+                    f"{len(out)} rollouts of {self.num_envs} envs x {self.num_steps} steps; episodes this long "
+                    "need a longer rollout_fragment_length or fewer evaluation_duration units")
+            self._sample_once(mode, device_output=self.device.type == "cuda")
+            host = self._last_host  # host read: this rollout's one readback (pinned host views)
+            window.add(host["rewards"].numpy(), (host["terminateds"] | host["truncateds"]).numpy())
+            out.append(RolloutCount(per))
+        self._log_eval_episodes(window)
         self._on_sample_end(out)
         return out
 
@@ -399,6 +419,7 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
             # Views of the pinned host copy (the one readback already happened).
             out = self._episodes.build(*(host[k].numpy() for k in (  # host read: host views
                 "obs", "next_obs", "actions", "rewards", "terminateds", "truncateds")))
+        self._last_host = host
         self._log_rollout_metrics(host)
         self.metrics.log_value(SAMPLE_TIMER, time.perf_counter() - self._launched_at)
         return out
@@ -423,20 +444,20 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
         steps = self.num_envs * self.num_steps
         stats = EpisodeStatsTracker.to_dict(host["stats"])
         done = int(stats["count"])
-        self._last_episodes = done
         self.num_env_steps_sampled_lifetime += steps
         m = self.metrics
         m.log_value(NUM_ENV_STEPS_SAMPLED, steps, reduce="sum")
         m.log_value((NUM_AGENT_STEPS_SAMPLED, DEFAULT_AGENT_ID), steps, reduce="sum")
         m.log_value((NUM_MODULE_STEPS_SAMPLED, DEFAULT_MODULE_ID), steps, reduce="sum")
-        m.log_value(NUM_EPISODES, done, reduce="sum")
         m.log_value(NUM_ENV_STEPS_SAMPLED_LIFETIME, steps, reduce="lifetime_sum", with_throughput=True)
         m.log_value((NUM_AGENT_STEPS_SAMPLED_LIFETIME, DEFAULT_AGENT_ID), steps, reduce="lifetime_sum")
         m.log_value((NUM_MODULE_STEPS_SAMPLED_LIFETIME, DEFAULT_MODULE_ID), steps, reduce="lifetime_sum")
-        m.log_value(NUM_EPISODES_LIFETIME, done, reduce="lifetime_sum")
         m.log_value("epsilon", float(host["epsilon"][-1]), window=1)  # host tensor, no device read
-        win = max(1, math.ceil(self.config.metrics_num_episodes_for_smoothing / (self.config.num_env_runners or 1)))
-        if done > 0:
+        win = self._episode_window()
+        if not self.config.in_evaluation:  # evaluation logs its counted episodes (_log_eval_episodes)
+            m.log_value(NUM_EPISODES, done, reduce="sum")
+            m.log_value(NUM_EPISODES_LIFETIME, done, reduce="lifetime_sum")
+        if done > 0 and not self.config.in_evaluation:
             m.log_value(EPISODE_RETURN_MEAN, stats["return_sum"] / done, window=win)
             m.log_value(EPISODE_LEN_MEAN, stats["len_sum"] / done, window=win)
             m.log_value(EPISODE_RETURN_MIN, stats["return_min"], reduce="min", window=win)
@@ -453,6 +474,25 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
             if key in ("episodes", "env_steps"):
                 continue
             m.log_value((group, key), value, window=win)
+
+    def _episode_window(self) -> int:
+        """Episodes per windowed episode metric: RLlib's smoothing window over the runners."""
+        return max(1, math.ceil(self.config.metrics_num_episodes_for_smoothing / (self.config.num_env_runners or 1)))
+
+    def _log_eval_episodes(self, window: EvalWindow) -> None:
+        """The evaluation's counted episodes, one value each as RLlib's runners log them (in an order
+        independent of length; the window holds at least this evaluation's episodes)."""
+        episodes = window.counted()
+        m, win = self.metrics, max(self._episode_window(), len(episodes))
+        m.log_value(NUM_EPISODES, len(episodes), reduce="sum")
+        m.log_value(NUM_EPISODES_LIFETIME, len(episodes), reduce="lifetime_sum")
+        for ret, length in episodes:
+            m.log_value(EPISODE_RETURN_MEAN, ret, window=win)
+            m.log_value(EPISODE_LEN_MEAN, length, window=win)
+            m.log_value(EPISODE_RETURN_MIN, ret, reduce="min", window=win)
+            m.log_value(EPISODE_RETURN_MAX, ret, reduce="max", window=win)
+            m.log_value(EPISODE_LEN_MIN, length, reduce="min", window=win)
+            m.log_value(EPISODE_LEN_MAX, length, reduce="max", window=win)
 
     @override(EnvRunner)
     def get_metrics(self) -> ResultDict:

@@ -44,6 +44,9 @@ class RunnerSettings:
     iteration sampled. Either way the rollouts act with the weights of the previous iteration, as
     without overlap, and the updates see data one rollout older; results are reproducible for a
     given setting. Refused with a local runner and remote learners."""
+    check_env: bool = True
+    """Run :func:`~rl_zerosync.envs.check.check_batched_env` on the runner's envs when they are built
+    (a few steps, before the first rollout resets them); False skips it."""
     seed: Optional[int] = None
     """Seed of the action RNG and the envs; None: ``config.seed`` or 0. Worker index is added."""
     epsilon: Optional[Any] = None

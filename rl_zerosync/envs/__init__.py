@@ -8,6 +8,7 @@ Importing this package registers the gymnasium ids ``"rl_zerosync/Trading-v0"`` 
 """
 from rl_zerosync.envs.batched import BatchedTradingEnv
 from rl_zerosync.envs.cartpole import BatchedCartPole
+from rl_zerosync.envs.check import BatchedEnvCheckError, check_batched_env
 from rl_zerosync.envs.core import EnvState, EnvTables, env_step, init_state, make_tables, observe, reset_state
 from rl_zerosync.envs.episode_stats import metrics_names, summarize_metrics
 from rl_zerosync.envs.gym_twin import (
@@ -21,8 +22,8 @@ from rl_zerosync.envs.registry import register_batched_env, registered_batched_e
 register()
 
 __all__ = [
-    "BatchedCartPole", "BatchedEnv", "BatchedTradingEnv", "ENV_ID", "ENV_ID_IMPORTABLE", "EnvParams", "EnvState",
-    "EnvTables", "NumpyTradingEnv", "TORCH_ENV_ID", "TORCH_ENV_ID_IMPORTABLE", "TradingGymEnv", "env_step",
+    "BatchedCartPole", "BatchedEnv", "BatchedEnvCheckError", "BatchedTradingEnv", "ENV_ID", "ENV_ID_IMPORTABLE", "EnvParams", "EnvState",
+    "EnvTables", "NumpyTradingEnv", "TORCH_ENV_ID", "TORCH_ENV_ID_IMPORTABLE", "TradingGymEnv", "check_batched_env", "env_step",
     "init_state", "make_tables", "metrics_names", "observe", "register_batched_env", "registered_batched_envs",
     "reset_state", "summarize_metrics",
 ]

@@ -34,6 +34,12 @@ ACTION_COUNT_OFFSET = NUM_COMPLETED
 METRICS_SIZE = NUM_COMPLETED + NUM_ACTIONS
 
 
+METRIC_NAMES = {"return": "equity_return"}
+"""Published names of accumulator fields where the field's own name would collide: the equity
+return ``E_L - 1`` is ``episode_equity_return_mean`` (RLlib's ``episode_return_mean`` is the summed
+reward, a different quantity)."""
+
+
 def metrics_names() -> list[str]:
     """Names of the entries of the flat metrics vector, in order."""
     return list(COMPLETED_FIELDS) + [f"action_count_{i:02d}" for i in range(NUM_ACTIONS)]
@@ -42,7 +48,7 @@ def metrics_names() -> list[str]:
 def summarize_metrics(vector: Sequence[float]) -> dict[str, float]:
     """Means per completed episode and action mix from a host copy of the metrics vector.
 
-    Returns ``episodes``, ``env_steps``, ``episode_<x>_mean`` for return, reward, pnl, the three
+    Returns ``episodes``, ``env_steps``, ``episode_<x>_mean`` for equity_return, reward, pnl, the three
     costs, turnover, max_drawdown, sharpe and length (NaN-free: 0 when no episode completed), and
     the fractions of steps by exposure, order type and urgency (``mix_exposure_<e>``,
     ``mix_order_<o>``, ``mix_urgency_<u>``).
@@ -54,7 +60,8 @@ def summarize_metrics(vector: Sequence[float]) -> dict[str, float]:
     out: dict[str, float] = {"episodes": n, "env_steps": v[COMPLETED_INDEX["env_steps"]]}
     for name in COMPLETED_FIELDS:
         if name.endswith("_sum"):
-            key = "episode_" + name[: -len("_sum")] + "_mean"
+            field = name[: -len("_sum")]
+            key = "episode_" + METRIC_NAMES.get(field, field) + "_mean"
             out[key] = v[COMPLETED_INDEX[name]] / n if n > 0 else 0.0
     counts = v[ACTION_COUNT_OFFSET:]
     out.update(action_mix(counts))

@@ -28,6 +28,13 @@ the host (the runner captures a whole rollout in a CUDA graph on a GPU: keep ten
 addresses or return fresh ones; no Python branching on tensor values). Randomness should come from
 counters (see :mod:`rl_zerosync.kernels.rng`) or be graph-safe.
 
+Check an env with :func:`rl_zerosync.envs.check.check_batched_env` (gymnasium's ``check_env`` for
+batched envs: shapes and dtypes of ``reset``/``step`` against the spaces, bool done flags (float
+ones are an error), auto-reset, no host sync in ``step`` on CUDA, determinism of ``reset()`` + the same
+actions). The GPU env runner runs it on its own envs once, when it builds them, before its rollout
+resets them (``env_config["runner"]["check_env"]: False`` skips it); a failure is a
+``BatchedEnvCheckError`` naming the env and what was expected.
+
 Optional parts (defaults in the base class):
 
 * episode metrics: ``metrics_vector()`` (a float64 device vector accumulated since

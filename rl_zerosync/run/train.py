@@ -15,12 +15,17 @@ def init_ray(settings: Settings) -> None:
     cluster started on this machine with ``ray start``) or start a private local instance."""
     import ray
 
+    from rl_zerosync.run.ray_console import quiet_ray_notices
+
+    quiet_ray_notices()
     if ray.is_initialized():
         return
     if os.environ.get("RAY_ADDRESS"):
         ray.init(log_to_driver=True)
         return
-    kwargs = {"address": "local", "include_dashboard": False, "log_to_driver": True}
+    kwargs = {"address": "local", "include_dashboard": False, "log_to_driver": True,
+              # the same quieting in Ray's worker processes (remote runners and learners)
+              "runtime_env": {"worker_process_setup_hook": "rl_zerosync.run.ray_console.quiet_ray_notices"}}
     if settings.run.num_cpus:
         kwargs["num_cpus"] = settings.run.num_cpus
     ray.init(**kwargs)
