@@ -230,7 +230,21 @@ def _build_section(cls: type, values: dict, where: str) -> Any:
     return cls(**kwargs)
 
 
+def check_run_name(name: str, src: str) -> None:
+    """``run.name``: one non-empty relative path component (no separators, no ``..``, no leading
+    dot), so the run directory is a folder of its own inside ``run.dir``, never ``run.dir`` itself or
+    a folder outside it (:class:`SettingsError` naming the key)."""
+    expected = "expected a non-empty name without '/', '\\' or a leading '.', e.g. 'run'"
+    check(src, "run.name", isinstance(name, str) and name.strip() != "", f"got {name!r}; {expected}")
+    check(src, "run.name", not any(sep in name for sep in ("/", "\\", "\0")) and not name.startswith("."),
+          f"got {name!r}; {expected}")
+    check(src, "run.name", name == name.strip(), f"got {name!r} (leading or trailing spaces); {expected}")
+
+
 def _validate_run_and_model(run: RunSettings, model: ModelSettings, src: str) -> None:
+    check_run_name(run.name, src)
+    check(src, "run.dir", isinstance(run.dir, str) and run.dir.strip() != "",
+          f"got {run.dir!r}; expected a directory path (e.g. 'runs')")
     check(src, "run.eval_metric", run.eval_metric in EVAL_METRICS,
            f"got {run.eval_metric!r}; allowed: {', '.join(EVAL_METRICS)}")
     check(src, "run.eval_checkpoint", run.eval_checkpoint in EVAL_CHECKPOINTS,

@@ -178,6 +178,8 @@ def _read(path: str, fmt: str | None):
     kind = fmt or ("parquet" if path.lower().endswith((".parquet", ".pq")) else "csv")
     if kind not in FORMATS:
         raise ValueError(f"data.format: expected one of {FORMATS}, got {kind!r}")
+    if os.path.isdir(path):
+        raise ValueError(f"file {path}: is a directory; expected a {kind} file (list the files in data.paths)")
     if not os.path.isfile(path):
         raise ValueError(f"file {path}: not found")
     try:

@@ -74,7 +74,8 @@ def _fold_settings(settings, i: int, window: tuple[float, float]):
 
     raw = settings.to_dict()
     raw["data"]["window"] = [window[0], window[1]]
-    raw["run"]["name"] = f"{settings.run.name}/fold{i}"
+    raw["run"]["dir"] = str(settings.run_dir)  # the fold's run directory: <run.dir>/<run.name>/fold<i>
+    raw["run"]["name"] = f"fold{i}"
     raw["run"]["evaluate"] = True  # the fold's test summary is the point of the fold
     return from_dict(raw, source=f"{settings.source} (walk-forward fold {i})")
 
