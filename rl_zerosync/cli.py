@@ -211,6 +211,14 @@ def _input_error(err: BaseException) -> bool:
     return isinstance(err, tuple(kinds))
 
 
+def _kept_checkpoint(run_dir: Path) -> str:
+    """Which checkpoint a halted run keeps (nothing is written after the halt)."""
+    from rl_zerosync.rundir.checkpoints import CHECKPOINT_DIR
+
+    ckpt = Path(run_dir) / CHECKPOINT_DIR
+    return f"the last good checkpoint stays: {ckpt}" if ckpt.is_dir() else "no checkpoint was written before it"
+
+
 def _write_error(err: BaseException) -> bool:
     """A write the machine refused (a full disk, a read-only file system, no permission): one line
     naming the path (``OSError`` carries it), not a traceback."""
@@ -272,7 +280,7 @@ def _command(args) -> int:
             print(f"error: {err}", file=sys.stderr)
             return 2
         except TrainingHalted as err:
-            print(f"error: {err}; the last good checkpoint stays in {settings.run_dir}", file=sys.stderr)
+            print(f"error: {err}; {_kept_checkpoint(settings.run_dir)}", file=sys.stderr)
             return EXIT_HALTED
         signum = result.get("interrupted_by")
         return 128 + signum if signum else 0

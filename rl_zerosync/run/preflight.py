@@ -240,8 +240,9 @@ def data_line(info: Mapping[str, Any]) -> str:
     spread = f"median {float(np.median(bps)):.2f} bps"
     if len(bps) > 1:
         spread += f" (assets {min(bps):.2f}-{max(bps):.2f})"
+    stamps = f" | {info['timestamps']}" if info.get("timestamps") else ""
     return (f"data: periods_per_year {info['periods_per_year']:g} ({info['periods_per_year_source']}) | "
-            f"spread: {'/'.join(sources)}, {spread}")
+            f"spread: {'/'.join(sources)}, {spread}{stamps}")
 
 
 def _with_files(msg: str, files: Mapping[str, str]) -> str:
