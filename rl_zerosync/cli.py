@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import signal
 import subprocess
 import sys
 import traceback
@@ -257,6 +258,9 @@ def _command(args) -> int:
             except ValueError as err:
                 print(f"error: {err}", file=sys.stderr)
                 return 2
+            if args.parallel < 1:
+                print(f"error: --parallel: expected an int >= 1, got {args.parallel}", file=sys.stderr)
+                return 2
             parent = settings.run_dir
             try:
                 # The parent is locked for the whole sweep; every seed's directory is checked (and with
@@ -269,6 +273,11 @@ def _command(args) -> int:
             except RunDirError as err:
                 print(f"error: {err}", file=sys.stderr)
                 return 2
+            if report.get("partial"):
+                print(f"seeds: interrupted; {len(report['per_seed'])} finished, unfinished "
+                      f"{report['unfinished_seeds']} (checkpoints kept); seeds.json marked partial", flush=True)
+                print(f"seeds report: {report['path']}", flush=True)
+                return 128 + int(report.get("interrupted_by") or signal.SIGTERM)
             print(summary_line(report), flush=True)
             print(f"seeds report: {report['path']}", flush=True)
             return 0

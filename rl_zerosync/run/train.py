@@ -27,7 +27,8 @@ def init_ray(settings: Settings) -> None:
 
 
 class _Interrupt:
-    """Turns SIGINT/SIGTERM into a flag checked between iterations."""
+    """Turns SIGINT/SIGTERM into a flag checked between iterations (a second Ctrl-C stops at once; a
+    second SIGTERM changes nothing: the checkpoint is written, then the run exits 128 + signal)."""
 
     def __init__(self):
         self.requested = False
@@ -43,8 +44,10 @@ class _Interrupt:
         return self
 
     def _handle(self, signum, frame):
-        if self.requested:  # second Ctrl-C: stop now
+        if self.requested and signum == signal.SIGINT:  # second Ctrl-C: stop now
             raise KeyboardInterrupt
+        if self.requested:  # a repeated SIGTERM (a driver and its death signal both): the checkpoint goes on
+            return
         self.requested = True
         self.signum = int(signum)
         print(f"\ninterrupt ({signal.Signals(signum).name}): finishing this iteration, then writing a "
@@ -98,6 +101,12 @@ def train(settings: Settings, resume: str | None = None, overwrite: bool = False
     run holds it). A directory that already holds a run is refused unless ``resume`` (a run or
     checkpoint directory to continue from: its newest checkpoint that matches its manifest, older
     ones tried in turn; the metrics rows after it are dropped) or ``overwrite`` (cleared first)."""
+    if resume:
+        from rl_zerosync.run.resume_settings import compare
+
+        changes = compare(settings, resume)  # a fixed key changed: refused before anything is written
+        print("resume: settings as the run's" if not changes else
+              f"resume: changed from the run's settings: {', '.join(changes)}", flush=True)
     with RunDir.claim(settings.run_dir, resume=bool(resume), overwrite=overwrite) as run_dir:
         # Verified before Ray starts: a damaged checkpoint fails (or falls back) at once.
         ckpt = run_dir.resume_point(resume) if resume else None
