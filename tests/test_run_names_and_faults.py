@@ -111,3 +111,52 @@ def test_training_halted_names_metric_value_threshold_iteration_and_pickles():
     wrapped = RuntimeError("rllib")
     wrapped.__cause__ = err
     assert _halt_in(wrapped) is err and _halt_in(ValueError("x")) is None
+
+
+class _FakeAlgo:
+    """What RunDir.save asks of an algorithm: an iteration and save_to_path."""
+
+    def __init__(self, iteration: int):
+        self.iteration = iteration
+
+    def save_to_path(self, path, state=None):
+        os.makedirs(path, exist_ok=True)
+        with open(os.path.join(path, "rllib_checkpoint.json"), "w") as f:
+            f.write('{"it": %d}' % self.iteration)
+
+
+def test_disk_full_in_a_checkpoint_write_names_the_path_and_keeps_the_previous(tmp_path, monkeypatch):
+    import errno
+
+    from rl_zerosync.rundir import checkpoints
+
+    settings = from_dict({"data": {"source": "synthetic"}})
+    with RunDir.claim(tmp_path / "r") as run_dir:
+        run_dir.save(_FakeAlgo(1), settings)
+        before = (tmp_path / "r" / "checkpoint" / "rllib_checkpoint.json").read_text()
+
+        def full(path):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(checkpoints, "write_manifest", full)
+        with pytest.raises(OSError, match=r"cannot write .*checkpoint\.tmp: No space left on device; the previous "
+                                          r".*checkpoint is intact") as err:
+            run_dir.save(_FakeAlgo(2), settings)
+        assert err.value.errno == errno.ENOSPC
+    assert (tmp_path / "r" / "checkpoint" / "rllib_checkpoint.json").read_text() == before
+    assert not (tmp_path / "r" / "checkpoint.tmp").exists()
+    checkpoints.verify_checkpoint(tmp_path / "r" / "checkpoint")
+
+
+def test_a_failed_write_is_one_line_with_exit_4(tmp_path, capsys, monkeypatch):
+    import errno
+
+    from rl_zerosync import cli
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, f"cannot write {tmp_path}/x: No space left on device")
+
+    monkeypatch.setattr(cli, "_command", full)
+    assert cli.main(["export", "--checkpoint", str(tmp_path)]) == cli.EXIT_WRITE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: write failed:") and "No space left" in err

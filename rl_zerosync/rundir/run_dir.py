@@ -68,6 +68,11 @@ def _plain_name(name: Any) -> bool:
     return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\\" not in name
 
 
+def _write_failed(err: OSError, path: Path, kept: str) -> OSError:
+    """The ``OSError`` of a failed write as one line naming ``path`` and what is kept."""
+    return OSError(err.errno, f"cannot write {path}: {err.strerror or err}; {kept}")
+
+
 def _settings_yaml(settings) -> str:
     return yaml.safe_dump(settings.to_dict(), sort_keys=False)
 
@@ -313,10 +318,13 @@ class RunDir:
         self.check_present()
         step = int(result.get("training_iteration", 0))
         scalars = flatten_scalars({k: v for k, v in result.items() if k not in _SKIP})
-        self._jsonl.write(json.dumps({"iteration": step, **scalars}) + "\n")
-        for name, value in scalars.items():
-            self._tb.add_scalar(name, value, step)
-        self._tb.flush()
+        try:
+            self._jsonl.write(json.dumps({"iteration": step, **scalars}) + "\n")
+            for name, value in scalars.items():
+                self._tb.add_scalar(name, value, step)
+            self._tb.flush()
+        except OSError as err:
+            raise _write_failed(err, self.path / METRICS_FILE, f"rows up to iteration {step - 1} are kept") from None
 
     def close_log(self) -> None:
         """Close ``metrics.jsonl`` and the TensorBoard writer (if open)."""
@@ -341,6 +349,14 @@ class RunDir:
             replay = name == CHECKPOINT_DIR
         tmp = self.path / (name + ".tmp")
         self.record(name, tmp.name, name + ".old", *(f"{name}.{i}" for i in range(1, max(1, int(keep)))))
+        try:
+            return self._save(algo, settings, name, tmp, run_state, keep, replay)
+        except OSError as err:  # a full disk, a read-only file system: the previous checkpoint stays
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise _write_failed(err, tmp, f"the previous {self.path / name} is intact") from None
+
+    def _save(self, algo, settings, name: str, tmp: Path, run_state: dict | None, keep: int, replay: bool) -> Path:
+        """:meth:`save`'s writes: RLlib's files, settings, run state and manifest into ``tmp``, then rotate."""
         shutil.rmtree(tmp, ignore_errors=True)
         if replay:
             algo.save_to_path(str(tmp.resolve()))
