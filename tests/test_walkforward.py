@@ -246,7 +246,7 @@ def test_walk_forward_collects_folds_and_pools(tmp_path, monkeypatch):
     monkeypatch.setattr(train_module, "train", fake_train)
     base = settings_for(tmp_path)
     report = walk_forward(base, 3)
-    assert [s.run.name for s in seen] == ["wf/fold0", "wf/fold1", "wf/fold2"]
+    assert [s.run.name for s in seen] == ["fold0", "fold1", "fold2"]  # run.dir is <run.dir>/wf
     assert [s.data["window"] for s in seen] == [list(w) for w in fold_windows(3, base.data["split"])]
     assert all(s.run.evaluate and s.run_dir == tmp_path / "wf" / f"fold{i}" for i, s in enumerate(seen))
     assert base.data.get("window") is None  # the caller's settings are not touched
