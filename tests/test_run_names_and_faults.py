@@ -160,3 +160,12 @@ def test_a_failed_write_is_one_line_with_exit_4(tmp_path, capsys, monkeypatch):
     assert cli.main(["export", "--checkpoint", str(tmp_path)]) == cli.EXIT_WRITE
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: write failed:") and "No space left" in err
+
+
+def test_evaluate_out_that_is_a_file_is_one_line_before_loading(tmp_path, capsys):
+    from rl_zerosync import cli
+
+    (tmp_path / "out.txt").write_text("x")
+    rc = cli.main(["evaluate", "--checkpoint", str(tmp_path / "missing"), "--out", str(tmp_path / "out.txt")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "evaluate --out" in err and "is a file, expected a directory" in err
