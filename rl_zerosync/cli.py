@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("RL_ZEROSYNC_DEBUG", "") not in ("", "0")
-    args = _parser().parse_args([a for a in argv if a != "--debug"])
+    args = _parser().parse_args(_joined_values([a for a in argv if a != "--debug"]))
     args.debug = debug
     try:
         _preflight(args)
@@ -180,6 +180,20 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"error: {_one_line(err)}", file=sys.stderr)
         return 2
+
+
+def _joined_values(argv: list[str]) -> list[str]:
+    """``--seeds -1,2`` as ``--seeds=-1,2``: argparse takes a value starting with ``-`` for an option
+    (and says "expected one argument"); joined, the value reaches its own check, which names it."""
+    out: list[str] = []
+    it = iter(argv)
+    for a in it:
+        if a == "--seeds":
+            value = next(it, None)
+            out.append(a if value is None else f"{a}={value}")
+        else:
+            out.append(a)
+    return out
 
 
 def _preflight(args) -> None:

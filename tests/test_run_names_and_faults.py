@@ -169,3 +169,13 @@ def test_evaluate_out_that_is_a_file_is_one_line_before_loading(tmp_path, capsys
     rc = cli.main(["evaluate", "--checkpoint", str(tmp_path / "missing"), "--out", str(tmp_path / "out.txt")])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "evaluate --out" in err and "is a file, expected a directory" in err
+
+
+def test_negative_seeds_reach_their_own_check():
+    from rl_zerosync import cli
+
+    assert cli._joined_values(["train", "--seeds", "-1,2"]) == ["train", "--seeds=-1,2"]
+    from rl_zerosync.run.seeds import parse_seeds
+
+    with pytest.raises(ValueError, match=r"--seeds: expected distinct comma-separated ints >= 0, got '-1,2'"):
+        parse_seeds("-1,2")
