@@ -296,7 +296,7 @@ class RunDir:
 
     def write_settings(self, settings) -> None:
         """The run's settings as ``settings.yaml`` (what ``evaluate`` of the run directory reads)."""
-        self.record(SETTINGS_FILE)
+        self.record(SETTINGS_FILE, EVALUATION_DIR)  # evaluation/: where `evaluate` of this run writes by default
         (self.path / SETTINGS_FILE).write_text(_settings_yaml(settings))
 
     def open_log(self) -> None:
