@@ -45,12 +45,28 @@ or *named* (refused with one ``error:`` line naming the cause):
   first line), not a consequence such as ``IndexError``; and the same config through the CLI must
   be refused by preflight before Ray.
 
+Second round (ownership of files, exit codes, guard halts, resume against the run's settings):
+
+* ``overwrite-deletes-only-the-run's-files``: ``--overwrite`` of a finished run keeps a
+  ``checkpoint_experiment/`` folder and a note in the run directory and a sibling run byte for byte
+  (``files_deleted_outside_run``: 0).
+* ``guard-halt-lr-1e10``: a diverging run ends with exit 3 and one error line naming the divergence
+  check, max |Q|, the threshold and the iteration.
+* ``sigterm-exit-143-then-resume``: SIGTERM mid-run: checkpoint, exit 143; ``--resume`` completes
+  with rows 1..N once; ``--resume`` with another ``model.hidden`` is refused before anything is
+  written (``settings.yaml`` unchanged).
+* ``run-dir-deleted-mid-training``: the run directory removed while it trains: exit 2 and one error
+  line at the next write.
+* ``seeds-driver-kill-9``: the ``--seeds`` driver SIGKILLed alone: its child gets SIGTERM, writes its
+  checkpoint and exits; ``seeds.json`` is marked partial.
+
 Writes ``benchmarks/results/reliability.json`` (``--out``): date, hardware, versions, git (the
 commit and the package files that differ from it), config, every
 case (exit codes, wall times, the error line or the tail of the output, the checks that failed)
 and ``summary``: ``bad_inputs_tried``, ``bad_inputs_named_error`` (goal: = tried),
 ``faults_tried``, ``faults_survived_or_named`` (goal: = tried), ``rows_lost_or_duplicated`` (goal
-0: metrics rows missing from, or repeated in, 1..N after the faults with a row count).
+0: metrics rows missing from, or repeated in, 1..N after the faults with a row count),
+``files_deleted_outside_run`` (goal 0).
 
 Every process a case starts runs in its own session; when a case ends, whatever is left of that
 session (Ray's processes of a killed driver) is SIGKILLed by pid.
@@ -84,7 +100,8 @@ TEST_HELPERS = ("tiny_run",)
 ``tests/`` on ``sys.path``; here they are loaded first, under those names)."""
 
 RAY_BANNER = "Started a local Ray instance"
-QUICK_BAD = ("yaml-type", "not-yaml", "nan-close", "gpu-learner", "gpu-env-runner")
+QUICK_BAD = ("yaml-type", "not-yaml", "nan-close", "gpu-learner", "gpu-env-runner", "run-name-dot", "bool-close",
+             "close-above-high")
 FULL_ITERS = 8
 """Iterations of the fault runs that must complete (the kill-mid-training run: 2 x this)."""
 
@@ -668,6 +685,144 @@ def fault_data_error_remote_runners(work: Path, data_dir: Path, preflight) -> di
     return _fault("data-error-2-remote-runners", steps)
 
 
+# ---- second round: ownership of files, exit codes, guard halts, resume against the run's settings --
+
+def _files(root: Path) -> set[str]:
+    """Every file under ``root`` (relative paths)."""
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()} if root.exists() else set()
+
+
+def _wait_rows(proc: "Proc", run_dir: Path, n: int, timeout: float = 240) -> int:
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.alive() and len(_rows(run_dir)[0]) < n:
+        time.sleep(0.1)
+    return len(_rows(run_dir)[0])
+
+
+def _exit_step(name: str, r: dict, rc: int, needles: list[str]) -> dict:
+    """A run that must end with exit ``rc`` and (when ``needles``) one error line holding them."""
+    failed = [] if r["rc"] == rc else [f"exit code {r['rc']}, expected {rc}"]
+    if needles:
+        lines = _error_lines(r["stderr"])
+        if len(lines) != 1:
+            failed.append(f"{len(lines)} 'error: ' lines on stderr, expected 1")
+        missing = [x for x in needles if not lines or x not in lines[0]]
+        if missing:
+            failed.append(f"error line lacks {missing}")
+        if "Traceback" in r["stderr"]:
+            failed.append("traceback on stderr")
+    return _step(name, r, failed)
+
+
+def fault_overwrite_keeps_other_files(work: Path, iterations: int) -> dict:
+    """``--overwrite`` of a finished run removes only what the run wrote: a folder named like a checkpoint
+    (``checkpoint_experiment/``), a note in the run directory and a sibling run stay byte for byte."""
+    root = work / "overwrite"
+    first = _run(_cli(*_train_args(root, "o", iterations)), root, "first")
+    steps = [_step("first run", first, [] if first["rc"] == 0 else [f"exit code {first['rc']}"])]
+    keep = {root / "o" / "checkpoint_experiment" / "w.txt": "mine", root / "o" / "notes.txt": "mine",
+            root / "other" / "checkpoint" / "rllib_checkpoint.json": "{}"}
+    for path, text in keep.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    others = _files(root / "other")
+    again = _run(_cli(*_train_args(root, "o", iterations), "--overwrite"), root, "overwrite")
+    failed, rows = _completed(again, root / "o", iterations, needles_out=("overwrite: removed",))
+    lost = [str(p) for p, text in keep.items() if not p.is_file() or p.read_text() != text]
+    lost += sorted(others - _files(root / "other"))
+    if lost:
+        failed.append(f"deleted outside the run: {lost}")
+    steps.append(_step("--overwrite", again, failed))
+    return _fault("overwrite-deletes-only-the-run's-files", steps, rows, files_deleted_outside_run=len(lost))
+
+
+def fault_guard_halt(work: Path) -> dict:
+    """``algo.lr: 1e10`` diverges: one error line naming the check, max |Q|, the threshold and the
+    iteration; exit 3; no checkpoint written after the halt."""
+    root = work / "halt"
+    r = _run(_cli(*_train_args(root, "h", 6, "algo.lr=1e10", "run.checkpoint_every=1")), root, "train")
+    step = _exit_step("diverging run halted", r, 3, ["training halted by the divergence check", "max |Q| =",
+                                                     "above the threshold", "; iteration "])
+    return _fault("guard-halt-lr-1e10", [step])
+
+
+def fault_sigterm(work: Path, iterations: int) -> dict:
+    """SIGTERM mid-run: the checkpoint is written and the run exits 143; ``--resume`` completes 1..N once.
+    Then ``--resume`` with another ``model.hidden`` is refused before anything is written."""
+    root = work / "sigterm"
+    run_dir = root / "t"
+    a = Proc(_cli(*_train_args(root, "t", iterations, "run.checkpoint_every=0")), root, "first")
+    at = _wait_rows(a, run_dir, 3)
+    a.p.send_signal(signal.SIGTERM)
+    rc = a.wait(120)
+    r = {"rc": rc, "wall_s": round(a.wall, 2), "stdout": a.stdout, "stderr": a.stderr}
+    failed = [] if rc == 143 else [f"exit code {rc}, expected 143"]
+    if not (run_dir / "checkpoint" / "rllib_checkpoint.json").is_file():
+        failed.append("no checkpoint after SIGTERM")
+    steps = [_step("SIGTERM", r, failed, rows_at_signal=at)]
+    res = _run(_cli(*_train_args(root, "t", iterations), "--resume", str(run_dir)), root, "resume")
+    failed, rows = _completed(res, run_dir, iterations, needles_out=("resumed from",))
+    steps.append(_step("--resume", res, failed))
+    before = (run_dir / "settings.yaml").read_text()
+    changed = _run(_cli(*_train_args(root, "t", iterations, "model.hidden=[8]"), "--resume", str(run_dir)),
+                   root, "resume_changed", timeout=60)
+    failed = _named_refusal(changed, ["--resume", "model.hidden: [32, 32] in the run, [8] now"], limit_s=10.0)
+    if (run_dir / "settings.yaml").read_text() != before:
+        failed.append("settings.yaml rewritten by the refused resume")
+    steps.append(_step("--resume with another model.hidden", changed, failed))
+    return _fault("sigterm-exit-143-then-resume", steps, rows)
+
+
+def fault_run_dir_deleted(work: Path) -> dict:
+    """The run directory deleted during training: the run stops at its next write with one error line
+    and exit 2 (not exit 0 with every output gone)."""
+    root = work / "deleted"
+    run_dir = root / "d"
+    a = Proc(_cli(*_train_args(root, "d", 100000, "run.checkpoint_every=0")), root, "train")
+    _wait_rows(a, run_dir, 2)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    rc = a.wait(120)
+    r = {"rc": rc, "wall_s": round(a.wall, 2), "stdout": a.stdout, "stderr": a.stderr}
+    return _fault("run-dir-deleted-mid-training", [_exit_step("next write", r, 2, ["disappeared during the run"])])
+
+
+def fault_seeds_driver_kill(work: Path) -> dict:
+    """kill -9 of a ``--seeds`` driver alone (not its session): its child gets SIGTERM, writes its
+    checkpoint and exits; ``seeds.json`` says the sweep is partial."""
+    root = work / "seeds"
+    seed_dir = root / "s" / "seed0"
+    a = Proc(_cli(*_train_args(root, "s", 100000, "run.checkpoint_every=0"), "--seeds", "0"), root, "driver")
+    _wait_rows(a, seed_dir, 2)
+    os.kill(a.pid, signal.SIGKILL)
+    a.p.wait()
+    deadline = time.time() + 120
+    while time.time() < deadline and not (seed_dir / "checkpoint").is_dir():
+        time.sleep(0.2)
+
+    def training() -> list[int]:
+        return [p for p in _session_pids(a.pid) if "rl_zerosync" in _cmdline(p) and "train" in _cmdline(p)]
+
+    deadline = time.time() + 120  # the child's exit after its checkpoint (Ray's shutdown included)
+    while time.time() < deadline and training():
+        time.sleep(0.5)
+    log = (seed_dir / "train.log").read_text(errors="replace") if (seed_dir / "train.log").is_file() else ""
+    failed = []
+    if "interrupt (SIGTERM)" not in log or not (seed_dir / "checkpoint" / "rllib_checkpoint.json").is_file():
+        failed.append("the child did not stop with a checkpoint")
+    alive = training()
+    if alive:
+        failed.append(f"child processes still training: {alive}")
+    try:
+        partial = json.loads((root / "s" / "seeds.json").read_text()).get("partial") is True
+    except (OSError, ValueError):
+        partial = False
+    if not partial:
+        failed.append("seeds.json not marked partial")
+    a.wait(1)
+    r = {"rc": -9, "wall_s": round(a.wall or 0, 2), "stdout": a.stdout + log[-1500:], "stderr": a.stderr}
+    return _fault("seeds-driver-kill-9", [_step("child stops with its driver", r, failed)])
+
+
 def _git() -> dict:
     """The commit measured, and the files of the package that differ from it."""
     def git(*args: str) -> str:
@@ -752,6 +907,11 @@ def main(argv: Optional[list[str]] = None) -> dict:
             fault(fault_all_checkpoints_damaged, work, base, integrity.WEIGHTS, integrity._scribble)
         fault(fault_runner_kill, work, FULL_ITERS)
         fault(fault_data_error_remote_runners, work, data_dir, preflight)
+        fault(fault_overwrite_keeps_other_files, work, 2)
+        fault(fault_guard_halt, work)
+        fault(fault_sigterm, work, FULL_ITERS // 2)
+        fault(fault_run_dir_deleted, work)
+        fault(fault_seeds_driver_kill, work)
 
     _print_table(bad, faults)
     summary = {
@@ -760,6 +920,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
         "faults_tried": len(faults),
         "faults_survived_or_named": sum(f["ok"] for f in faults),
         "rows_lost_or_duplicated": sum(f.get("rows_lost_or_duplicated", 0) for f in faults),
+        "files_deleted_outside_run": sum(f.get("files_deleted_outside_run", 0) for f in faults),
     }
     wall = time.perf_counter() - t_start
     result = result_header("reliability", device="cpu", config={

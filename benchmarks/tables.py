@@ -471,8 +471,11 @@ def reliability(r) -> str:
            "| what | tried | named error / survived | rows lost or duplicated |", "| --- | ---: | ---: | ---: |",
            f"| bad inputs (one-line error, exit 2, no Ray, < 10 s) | {sm['bad_inputs_tried']} "
            f"| {sm['bad_inputs_named_error']} | – |",
-           f"| faults (kills, damaged checkpoints, lost runners, runner data errors) | {sm['faults_tried']} "
+           f"| faults (kills, signals, damaged checkpoints, lost runners, runner data errors, guard halts, "
+           f"--overwrite, a deleted run directory) | {sm['faults_tried']} "
            f"| {sm['faults_survived_or_named']} | {sm['rows_lost_or_duplicated']} |",
+           *([] if "files_deleted_outside_run" not in sm else
+             ["", f"Files deleted outside the run: {sm['files_deleted_outside_run']}."]),
            "", f"Slowest bad-input case: {slowest:.1f} s. Faults: " + ", ".join(f["name"] for f in r["faults"]) + "."]
     return "\n".join(out)
 

@@ -9,13 +9,23 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import signal
 import subprocess
 import sys
 import traceback
 from pathlib import Path
 
 BENCHMARKS = ("kernels", "env", "learner", "env_runner", "e2e", "scaling")
+EXIT_INPUT = 2
+"""A bad input (setting, data, run directory, checkpoint): one ``error:`` line, nothing started."""
+EXIT_HALTED = 3
+"""Training stopped by a guard check with the "halt" policy (the last checkpoint kept)."""
+EXIT_WRITE = 4
+"""A write failed (disk full, no permission, read-only file system): one line naming the path."""
+WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.EFBIG)
+"""The ``OSError`` codes reported as a failed write (``EXIT_WRITE``) instead of a traceback."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -156,10 +166,15 @@ def main(argv: list[str] | None = None) -> int:
     ``RL_ZEROSYNC_DEBUG=1`` prints the full traceback first. ``train`` and ``evaluate
     --walk-forward`` run :func:`rl_zerosync.run.preflight.check` on the loaded settings before anything
     else, so these errors come before Ray starts. Other exceptions propagate unchanged.
+
+    Exit codes: 0 done; 1 a walk-forward with a failed fold; 2 a bad input (``EXIT_INPUT``, also a
+    run directory that disappeared during the run); 3 a guard halt (``EXIT_HALTED``); 4 a failed
+    write (``EXIT_WRITE``: disk full, read-only); 128 + the signal for a run stopped by SIGINT (130)
+    or SIGTERM (143) after its checkpoint was written.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("RL_ZEROSYNC_DEBUG", "") not in ("", "0")
-    args = _parser().parse_args([a for a in argv if a != "--debug"])
+    args = _parser().parse_args(_joined_values([a for a in argv if a != "--debug"]))
     args.debug = debug
     from rl_zerosync.run.ray_console import quiet_ray_notices
 
@@ -173,12 +188,31 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except Exception as err:  # noqa: BLE001 - sorted into input errors (one line) and the rest
+        if _write_error(err):
+            if debug:
+                traceback.print_exc()
+            print(f"error: write failed: {_one_line(err)}", file=sys.stderr)
+            return EXIT_WRITE
         if not _input_error(err):
             raise
         if debug:
             traceback.print_exc()
         print(f"error: {_one_line(err)}", file=sys.stderr)
         return 2
+
+
+def _joined_values(argv: list[str]) -> list[str]:
+    """``--seeds -1,2`` as ``--seeds=-1,2``: argparse takes a value starting with ``-`` for an option
+    (and says "expected one argument"); joined, the value reaches its own check, which names it."""
+    out: list[str] = []
+    it = iter(argv)
+    for a in it:
+        if a == "--seeds":
+            value = next(it, None)
+            out.append(a if value is None else f"{a}={value}")
+        else:
+            out.append(a)
+    return out
 
 
 def _preflight(args) -> None:
@@ -209,6 +243,20 @@ def _input_error(err: BaseException) -> bool:
         if isinstance(cls, type):
             kinds.append(cls)
     return isinstance(err, tuple(kinds))
+
+
+def _kept_checkpoint(run_dir: Path) -> str:
+    """Which checkpoint a halted run keeps (nothing is written after the halt)."""
+    from rl_zerosync.rundir.checkpoints import CHECKPOINT_DIR
+
+    ckpt = Path(run_dir) / CHECKPOINT_DIR
+    return f"the last good checkpoint stays: {ckpt}" if ckpt.is_dir() else "no checkpoint was written before it"
+
+
+def _write_error(err: BaseException) -> bool:
+    """A write the machine refused (a full disk, a read-only file system, no permission): one line
+    naming the path (``OSError`` carries it), not a traceback."""
+    return isinstance(err, OSError) and not isinstance(err, FileNotFoundError) and err.errno in WRITE_ERRNOS
 
 
 def _one_line(err: BaseException) -> str:
@@ -243,6 +291,9 @@ def _command(args) -> int:
             except ValueError as err:
                 print(f"error: {err}", file=sys.stderr)
                 return 2
+            if args.parallel < 1:
+                print(f"error: --parallel: expected an int >= 1, got {args.parallel}", file=sys.stderr)
+                return 2
             parent = settings.run_dir
             try:
                 # The parent is locked for the whole sweep; every seed's directory is checked (and with
@@ -255,15 +306,26 @@ def _command(args) -> int:
             except RunDirError as err:
                 print(f"error: {err}", file=sys.stderr)
                 return 2
+            if report.get("partial"):
+                print(f"seeds: interrupted; {len(report['per_seed'])} finished, unfinished "
+                      f"{report['unfinished_seeds']} (checkpoints kept); seeds.json marked partial", flush=True)
+                print(f"seeds report: {report['path']}", flush=True)
+                return 128 + int(report.get("interrupted_by") or signal.SIGTERM)
             print(summary_line(report), flush=True)
             print(f"seeds report: {report['path']}", flush=True)
             return 0
+        from rl_zerosync.learner.training_guard import TrainingHalted
+
         try:
-            train(settings, resume=args.resume, overwrite=args.overwrite)
+            result = train(settings, resume=args.resume, overwrite=args.overwrite)
         except (RunDirError, CheckpointError) as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
-        return 0
+        except TrainingHalted as err:
+            print(f"error: {err}; {_kept_checkpoint(settings.run_dir)}", file=sys.stderr)
+            return EXIT_HALTED
+        signum = result.get("interrupted_by")
+        return 128 + signum if signum else 0
     if args.command == "evaluate" and (args.walk_forward is not None or args.config is not None):
         return _walk_forward(args)
     if args.command == "evaluate":

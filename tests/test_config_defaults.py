@@ -298,7 +298,8 @@ def test_learner_settings_are_built_once_per_run(monkeypatch):
     built = []
     check = LearnerSettings.__post_init__
     monkeypatch.setattr(LearnerSettings, "__post_init__", lambda self: (built.append(self), check(self))[1])
-    s = from_dict({"algo": {"lr": 1.5e-3, "gamma": 0.97, "batch_size": 40},
+    s = from_dict({"algo": {"lr": 1.5e-3, "gamma": 0.97, "batch_size": 40, "num_envs_per_runner": 16,
+                            "rollout_length": 32},
                    "learner": {"replay_capacity": 4321}, "run": {"seed": 11}}, source="once.yaml")
     assert len(built) <= 1  # 0 when an earlier test of this process loaded the same values
     assert LearnerSettings.from_config(to_rllib_config(s)) is s.learner.typed

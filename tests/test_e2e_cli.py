@@ -83,7 +83,8 @@ def test_kill_and_resume(tmp_path):
     assert first_resumed["env_runners/epsilon"] < rows[0]["env_runners/epsilon"]
 
 
-def test_ctrl_c_writes_a_checkpoint_and_exits_cleanly(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_ctrl_c_writes_a_checkpoint_and_exits_128_plus_signal(tmp_path, sig):
     run = ["--set", f"run.dir={tmp_path}", "--set", "run.name=c", "--set", "run.iterations=100000",
            "--set", "run.checkpoint_every=0"]
     run_dir = tmp_path / "c"
@@ -95,13 +96,13 @@ def test_ctrl_c_writes_a_checkpoint_and_exits_cleanly(tmp_path):
             time.sleep(0.5)
             assert proc.poll() is None, proc.stdout.read()
         assert not (run_dir / "checkpoint").exists()  # checkpoint_every=0: only at the end
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         output, _ = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 0, output[-3000:]
-    assert "interrupt: finishing this iteration" in output
+    assert proc.returncode == 128 + sig, output[-3000:]  # 130 / 143: a scheduler sees an unfinished run
+    assert f"interrupt ({sig.name}): finishing this iteration" in output
     assert (run_dir / "checkpoint" / "rllib_checkpoint.json").is_file()
     assert 2 <= len(_iterations(run_dir)) < 100000
 

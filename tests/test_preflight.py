@@ -45,6 +45,21 @@ def _set(rows, i, col, value):
     rows[i][col] = value
 
 
+def _write_bars(path: Path, n: int = 600, row: int = 40, edit=None) -> Path:
+    """Date, Open, High, Low, Close, Bid, Ask bars; ``edit(frame, row)`` breaks one row."""
+    import pandas as pd
+
+    rng = np.random.default_rng(1)
+    close = 100.0 * np.exp(np.cumsum(rng.normal(0.0, 0.01, n)))
+    df = pd.DataFrame({"Date": pd.date_range("2020-01-01", periods=n, freq="D").strftime("%Y-%m-%d"),
+                       "Open": close, "High": close * 1.01, "Low": close * 0.99, "Close": close,
+                       "Bid": close * 0.9995, "Ask": close * 1.0005})
+    if edit is not None:
+        edit(df, row)
+    df.to_csv(path, index=False)
+    return path
+
+
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("preflight_data")
@@ -57,6 +72,12 @@ def data_dir(tmp_path_factory) -> Path:
     _write_csv(d / "unsorted.csv", edit=lambda r: r.__setitem__(slice(10, 12), [r[11], r[10]]))
     _write_csv(d / "dup.csv", edit=lambda r: _set(r, 12, 0, r[11][0]))
     _write_csv(d / "spike.csv", edit=lambda r: _set(r, 300, 1, "1e12"))
+    _write_bars(d / "above_high.csv", edit=lambda f, i: f.__setitem__("Close", f["Close"].where(f.index != i, f["High"] * 1.05)))
+    _write_bars(d / "bid_ask.csv", edit=lambda f, i: f.__setitem__("Bid", f["Bid"].where(f.index != i, f["Ask"] * 1.01)))
+    _write_bars(d / "bool_close.csv", edit=lambda f, i: f.__setitem__("Close", f.index % 2 == 0))
+    _write_bars(d / "epoch_seconds.csv", edit=lambda f, i: f.__setitem__("Date", np.arange(len(f)) + 1_600_000_000))
+    (d / "a_folder.csv").mkdir()
+    (d / "a_file").write_text("not a folder")
     (d / "noclose.csv").write_text((d / "good.csv").read_text().replace("Date,Close", "Date,Price", 1))
     return d
 
@@ -64,7 +85,7 @@ def data_dir(tmp_path_factory) -> Path:
 def _csv_cfg(data_dir: Path, file: str = "good.csv", **sections) -> dict:
     cfg = {
         "run": {"name": "pf", "dir": str(data_dir / "runs"), "iterations": 1},
-        "algo": {"num_gpus_per_learner": 0},
+        "algo": {"num_gpus_per_learner": 0, "num_envs_per_runner": 16, "rollout_length": 32},
         "data": {"source": "csv", "paths": [str(data_dir / file)],
                  "columns": {"timestamp": "Date", "close": "Close"}, "spread_bps": 5.0},
         "env": {"episode_len": 32, "window": 8},
@@ -155,6 +176,32 @@ CASES = [
     ("negative-lr", lambda d: _csv_cfg(d, algo={"lr": "-1e-3"}), ["algo.lr: must be > 0", "-0.001"]),
     ("lr-text", lambda d: _csv_cfg(d, algo={"lr": "fast"}), ["algo.lr: expected float", "'fast'"]),
     ("env-type", lambda d: _csv_cfg(d, env={"episode_len": "long"}), ["env:", "episode_len", "'long'"]),
+    # second round: run names and directories, timestamps, data sanity, config bounds
+    ("run-name-empty", lambda d: _csv_cfg(d, run={"name": ""}), ["run.name: got ''", "expected a non-empty name"]),
+    ("run-name-dot", lambda d: _csv_cfg(d, run={"name": "."}), ["run.name: got '.'", "leading '.'"]),
+    ("run-name-parent", lambda d: _csv_cfg(d, run={"name": "../x"}), ["run.name: got '../x'"]),
+    ("run-name-separator", lambda d: _csv_cfg(d, run={"name": "a/b"}), ["run.name: got 'a/b'"]),
+    ("run-dir-is-a-file", lambda d: _csv_cfg(d, run={"dir": str(d / "a_file")}),
+     ["run.dir", "a_file is a file, expected a directory"]),
+    ("data-path-is-a-folder", lambda d: _csv_cfg(d, "a_folder.csv"), ["a_folder.csv", "is a directory"]),
+    ("epoch-seconds-one-per-second", lambda d: _csv_cfg(d, "epoch_seconds.csv"),
+     ["data.periods_per_year", "inferred 3.15", "outside the plausible 1..1e+06", "data.timestamp_unit"]),
+    ("timestamp-unit", lambda d: _csv_cfg(d, data={"timestamp_unit": "days"}), ["data.timestamp_unit", "'days'"]),
+    ("bool-close", lambda d: _csv_cfg(d, "bool_close.csv"), ["bool_close.csv", "'Close'", "row 0", "dtype bool"]),
+    ("close-above-high", lambda d: _csv_cfg(d, "above_high.csv"),
+     ["above_high.csv", "'Close'", "row 40", "above high", "expected low <= close <= high"]),
+    ("bid-above-ask", lambda d: _csv_cfg(d, "bid_ask.csv"), ["bid_ask.csv", "'Bid'", "row 40", "above ask"]),
+    ("replay-capacity-1", lambda d: _csv_cfg(d, learner={"replay_capacity": 1}),
+     ["learner.replay_capacity", "smaller than one batch"]),
+    ("batch-over-capacity", lambda d: _csv_cfg(d, algo={"batch_size": 4096, "num_gpus_per_learner": 0},
+                                               learner={"replay_capacity": 1000}),
+     ["learner.replay_capacity: 1000", "algo.batch_size 4096"]),
+    ("capacity-under-one-iteration", lambda d: _csv_cfg(d, learner={"replay_capacity": 2000},
+                                                        algo={"num_envs_per_runner": 1024, "rollout_length": 64}),
+     ["learner.replay_capacity: 2000", "one iteration's transitions per learner (65536"]),
+    ("episode-len-1", lambda d: _csv_cfg(d, env={"episode_len": 1}), ["env.episode_len", ">= 2"]),
+    ("exposure-50", lambda d: _csv_cfg(d, env={"exposure_levels": [-50, -1, 0, 1, 50]}),
+     ["exposure_levels", "|level| <= 10", "-50"]),
     ("synthetic-short", lambda d: {"run": {"dir": str(d / "runs")}, "algo": {"num_gpus_per_learner": 0},
                                    "data": {"source": "synthetic", "num_assets": 2, "num_bars": 400},
                                    "env": {"episode_len": 128}, "runner": {"device": "cpu"}},

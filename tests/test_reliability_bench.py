@@ -10,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SUMMARY_KEYS = {"bad_inputs_tried", "bad_inputs_named_error", "faults_tried", "faults_survived_or_named",
-                "rows_lost_or_duplicated"}
+                "rows_lost_or_duplicated", "files_deleted_outside_run"}
 
 
 def test_quick_reliability_benchmark(tmp_path):
@@ -28,9 +28,10 @@ def test_quick_reliability_benchmark(tmp_path):
     assert {"python", "torch", "ray"} <= set(result["versions"])
     summary = result["summary"]
     assert set(summary) == SUMMARY_KEYS
-    assert summary["bad_inputs_tried"] == len(result["bad_inputs"]) >= 5
+    assert summary["bad_inputs_tried"] == len(result["bad_inputs"]) >= 8
     assert summary["faults_tried"] == len(result["faults"]) >= 1
     failed = [c for c in result["bad_inputs"] if not c["named_error"]]
     assert summary["bad_inputs_named_error"] == summary["bad_inputs_tried"], failed
     assert summary["faults_survived_or_named"] == summary["faults_tried"], result["faults"]
     assert summary["rows_lost_or_duplicated"] == 0
+    assert summary["files_deleted_outside_run"] == 0

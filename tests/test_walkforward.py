@@ -246,7 +246,7 @@ def test_walk_forward_collects_folds_and_pools(tmp_path, monkeypatch):
     monkeypatch.setattr(train_module, "train", fake_train)
     base = settings_for(tmp_path)
     report = walk_forward(base, 3)
-    assert [s.run.name for s in seen] == ["wf/fold0", "wf/fold1", "wf/fold2"]
+    assert [s.run.name for s in seen] == ["fold0", "fold1", "fold2"]  # run.dir is <run.dir>/wf
     assert [s.data["window"] for s in seen] == [list(w) for w in fold_windows(3, base.data["split"])]
     assert all(s.run.evaluate and s.run_dir == tmp_path / "wf" / f"fold{i}" for i, s in enumerate(seen))
     assert base.data.get("window") is None  # the caller's settings are not touched
@@ -411,7 +411,9 @@ def test_walk_forward_seeds_x_folds_anchored_pools_with_intervals(tmp_path, monk
 
     monkeypatch.setattr(train_module, "train", fake_train)
     report = walk_forward(settings_for(tmp_path), 3, anchored=True, seeds=[0, 1])
-    assert [s.run.name for s in seen] == [f"wf/seed{k}/fold{i}" for k in (0, 1) for i in range(3)]
+    assert [s.run_dir.relative_to(tmp_path).as_posix() for s in seen] == [
+        f"wf/seed{k}/fold{i}" for k in (0, 1) for i in range(3)]
+    assert [s.run.name for s in seen] == [f"fold{i}" for _ in (0, 1) for i in range(3)]  # plain names
     assert [s.run.seed for s in seen] == [0, 0, 0, 1, 1, 1]
     assert all(s.data["window"][0] == 0.0 for s in seen)  # anchored: every fold trains from the start
     assert report["complete"] and report["anchored"] and report["seeds"] == [0, 1]

@@ -55,6 +55,8 @@ if TYPE_CHECKING:
 EVAL_METRICS = ("sharpe", "sortino", "total_return", "annualized_return", "calmar")
 """Validation metrics a run may select its best checkpoint by (higher is better)."""
 EVAL_CHECKPOINTS = ("best", "last")
+MIN_EPISODE_LEN = 2
+"""Shortest ``env.episode_len`` of a training run (the per-episode Sharpe needs two returns)."""
 
 
 @dataclass
@@ -232,7 +234,21 @@ def _build_section(cls: type, values: dict, where: str) -> Any:
     return cls(**kwargs)
 
 
+def check_run_name(name: str, src: str) -> None:
+    """``run.name``: one non-empty relative path component (no separators, no ``..``, no leading
+    dot), so the run directory is a folder of its own inside ``run.dir``, never ``run.dir`` itself or
+    a folder outside it (:class:`SettingsError` naming the key)."""
+    expected = "expected a non-empty name without '/', '\\' or a leading '.', e.g. 'run'"
+    check(src, "run.name", isinstance(name, str) and name.strip() != "", f"got {name!r}; {expected}")
+    check(src, "run.name", not any(sep in name for sep in ("/", "\\", "\0")) and not name.startswith("."),
+          f"got {name!r}; {expected}")
+    check(src, "run.name", name == name.strip(), f"got {name!r} (leading or trailing spaces); {expected}")
+
+
 def _validate_run_and_model(run: RunSettings, model: ModelSettings, src: str) -> None:
+    check_run_name(run.name, src)
+    check(src, "run.dir", isinstance(run.dir, str) and run.dir.strip() != "",
+          f"got {run.dir!r}; expected a directory path (e.g. 'runs')")
     check(src, "run.eval_metric", run.eval_metric in EVAL_METRICS,
            f"got {run.eval_metric!r}; allowed: {', '.join(EVAL_METRICS)}")
     check(src, "run.eval_checkpoint", run.eval_checkpoint in EVAL_CHECKPOINTS,
@@ -298,7 +314,25 @@ def from_dict(raw: dict, source: str = "<dict>") -> Settings:
     _validate_run_and_model(typed["run"], typed["model"], source)
     _validate_algo(typed["algo"], source)
     components = build_components(sections, typed["run"], typed["algo"], source)
+    _validate_replay(typed["algo"], components["learner"].typed.replay_capacity, source)
+    episode_len = components["env"].typed.episode_len
+    check(source, "env.episode_len", episode_len >= MIN_EPISODE_LEN,
+          f"expected an int >= {MIN_EPISODE_LEN} (a one-step episode has no return series to score), got {episode_len}")
     return Settings(**typed, **components, source=source)
+
+
+def _validate_replay(a: AlgoSettings, capacity: int, src: str) -> None:
+    """``learner.replay_capacity`` holds one batch and one iteration's transitions per learner
+    (``num_envs_per_runner * rollout_length * runners / learners``): a smaller replay samples
+    transitions it has already overwritten, or one row over and over."""
+    check(src, "learner.replay_capacity", capacity >= a.batch_size,
+          f"{capacity} is smaller than one batch (algo.batch_size {a.batch_size}); expected >= {a.batch_size}")
+    per_learner = math.ceil(a.num_envs_per_runner * a.rollout_length * max(a.num_env_runners, 1)
+                            / max(a.num_learners, 1))
+    check(src, "learner.replay_capacity", capacity >= per_learner,
+          f"{capacity} is smaller than one iteration's transitions per learner ({per_learner} = "
+          f"algo.num_envs_per_runner {a.num_envs_per_runner} x algo.rollout_length {a.rollout_length} x "
+          f"{max(a.num_env_runners, 1)} runner(s) / {max(a.num_learners, 1)} learner(s)); expected >= {per_learner}")
 
 
 def apply_overrides(raw: dict, overrides: list[str]) -> dict:

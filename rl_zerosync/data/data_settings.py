@@ -17,7 +17,7 @@ settings file's ``data`` section is checked by it at load). ``source`` picks the
 * files (csv, parquet): ``paths`` (required) and the keywords of
   :func:`~rl_zerosync.data.loaders.load_market` (``columns``, ``asset_column``, ``names``,
   ``spread_source``, ``spread_bps``, ``cs_window``, ``min_spread_bps``, ``timestamp_format``,
-  ``dayfirst``), passed only when given.
+  ``dayfirst``, ``timestamp_unit``), passed only when given.
 * both: ``split`` (a dict with keys train/validation/test or a 3-list), ``window``, ``features``
   (:class:`~rl_zerosync.data.market.FeatureConfig` keywords), ``periods_per_year`` (``"auto"``: files
   infer it from their timestamps, see :func:`~rl_zerosync.data.loaders.load_market`; synthetic series
@@ -55,7 +55,7 @@ _COMMON = ("source", "split", "window", "features", "periods_per_year", "device"
 _SYNTHETIC = ("num_assets", "num_bars", "seed", "synthetic", "regenerate_every", "heldout_validation_series",
               "heldout_test_series", "heldout_bars")
 _FILES = ("paths", "columns", "asset_column", "names", "spread_source", "spread_bps", "cs_window",
-          "min_spread_bps", "timestamp_format", "dayfirst", "max_spread_bps")
+          "min_spread_bps", "timestamp_format", "dayfirst", "max_spread_bps", "timestamp_unit")
 DEFAULT_SPLIT = {"train": 0.7, "validation": 0.15, "test": 0.15}
 
 
@@ -139,6 +139,9 @@ class DataSettings:
     """Files: strptime format of the timestamps."""
     dayfirst: Optional[bool] = None
     """Files: day-first dates."""
+    timestamp_unit: Optional[str] = None
+    """Files: unit of integer epoch timestamps, ``s``, ``ms``, ``us`` or ``ns``; unset or ``auto``: by
+    magnitude (stated in the preflight's ``data:`` line). Text dates with an offset are read in UTC."""
 
     @classmethod
     def from_dict(cls, data_cfg: Mapping[str, Any] | None) -> "DataSettings":

@@ -71,6 +71,7 @@ def load_market(
     device: str = "cpu",
     max_abs_log_return: float | None = None,
     max_spread_bps: float | None = None,
+    timestamp_unit: str | None = None,
 ) -> MarketData:
     """Read ``paths`` (one or more files), validate them and build ``MarketData`` (see module doc)."""
     features = features or FeatureConfig()
@@ -91,7 +92,8 @@ def load_market(
     if unknown:
         raise ValueError(f"data.columns: unknown key(s) {unknown}; allowed keys are {list(COLUMN_KEYS)}")
     check_periods_per_year(periods_per_year)
-    closes, spreads, stamps, asset_names, sources, bar_prices = [], [], [], [], [], []
+    check_timestamp_unit(timestamp_unit)
+    closes, spreads, stamps, asset_names, sources, bar_prices, notes = [], [], [], [], [], [], []
     for path in paths:
         frame = _read(str(path), fmt)
         for asset, part in _assets(str(path), frame, asset_column):
@@ -99,9 +101,11 @@ def load_market(
             cols = _resolve_columns(where, part, columns or {})
             prices, (spread, source), ts = _clean(where, part, cols, features, spread_source, spread_bps,
                                                   cs_window, min_spread_bps, timestamp_format, dayfirst,
-                                                  max_spread_bps=max_spread_bps)
+                                                  timestamp_unit, max_spread_bps=max_spread_bps)
             close = prices["close"]
             bar_prices.append(prices)
+            if "timestamp" in cols:
+                notes.append(timestamp_note(part[cols["timestamp"]], timestamp_unit))
             check_log_returns(f"{where}, column {cols['close']!r}", close, limit,
                               labels=part.index.to_numpy(), unit="row")
             closes.append(close)
@@ -122,6 +126,7 @@ def load_market(
     info = {
         "periods_per_year": ppy,
         "periods_per_year_source": ppy_source,
+        "timestamps": "; ".join(sorted(set(notes))) if notes else "timestamps: none",
         "spread_source": dict(zip(asset_names, sources)),
         # bar 0 of Corwin-Schultz has no estimate (the floor), so the median is over bars 1..n-1
         "median_spread_bps": {n: float(np.median(sp[1:]) * 1e4) for n, sp in zip(asset_names, spreads)},
@@ -169,6 +174,22 @@ def check_periods_per_year(value: Any) -> None:
         raise ValueError(f"data.periods_per_year: expected a finite number > 0 or 'auto', got {value!r}")
 
 
+PLAUSIBLE_PERIODS_PER_YEAR = (1.0, 1e6)
+"""Bars per year that ``"auto"`` may infer (one a year to one every ~32 seconds); outside it the
+timestamps are read wrongly (e.g. epochs in another unit) or the bars need an explicit number."""
+
+
+def check_inferred_periods_per_year(observed: float) -> None:
+    """ValueError when the bars per year inferred from the timestamps are outside
+    ``PLAUSIBLE_PERIODS_PER_YEAR``: never annualize with such a number."""
+    lo, hi = PLAUSIBLE_PERIODS_PER_YEAR
+    if not lo <= observed <= hi:
+        raise ValueError(
+            f"data.periods_per_year: 'auto' inferred {observed:.6g} bars per year from the timestamps, outside "
+            f"the plausible {lo:g}..{hi:g}: check how the timestamps are read (data.timestamp_unit for integer "
+            "epochs) or set data.periods_per_year")
+
+
 def resolve_periods_per_year(value: float | str, timestamps: Sequence[np.ndarray] | None) -> tuple[float, str]:
     """(bars per year, where it came from) for ``value`` (a number, or ``"auto"``; see the module doc)."""
     check_periods_per_year(value)
@@ -186,6 +207,7 @@ def resolve_periods_per_year(value: float | str, timestamps: Sequence[np.ndarray
     if not rates:
         return 252.0, "assumed 252 (trading days): the timestamps span no time; set data.periods_per_year"
     observed = float(np.median(rates))
+    check_inferred_periods_per_year(observed)
     near = min(PERIODS_PER_YEAR_CONVENTIONS, key=lambda c: abs(observed / c - 1.0))
     chosen = near if abs(observed / near - 1.0) <= 0.05 else float(round(observed))
     return chosen, (f"inferred from timestamps: {observed:,.1f} bars per year observed (median over "
@@ -215,6 +237,8 @@ def _read(path: str, fmt: str | None):
     kind = fmt or ("parquet" if path.lower().endswith((".parquet", ".pq")) else "csv")
     if kind not in FORMATS:
         raise ValueError(f"data.format: expected one of {FORMATS}, got {kind!r}")
+    if os.path.isdir(path):
+        raise ValueError(f"file {path}: is a directory; expected a {kind} file (list the files in data.paths)")
     if not os.path.isfile(path):
         raise ValueError(f"file {path}: not found")
     try:
@@ -257,9 +281,7 @@ def _resolve_columns(where: str, frame, mapping: Mapping[str, str]) -> dict[str,
 
 
 def _clean(where, frame, cols, features, spread_source, spread_bps, cs_window, min_spread_bps,
-           timestamp_format, dayfirst, *, max_spread_bps=None):
-    import pandas as pd
-
+           timestamp_format, dayfirst, timestamp_unit=None, *, max_spread_bps=None):
     rows = frame.index.to_numpy()
     if len(frame) < features.warmup + 2:
         raise ValueError(
@@ -271,7 +293,7 @@ def _clean(where, frame, cols, features, spread_source, spread_bps, cs_window, m
             continue
         col = cols[key]
         raw = frame[col]
-        values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
+        values = numeric_column(f"{where}, column {col!r}", raw, rows)
         bad = ~np.isfinite(values) | (values <= 0)
         if bad.any():
             i = int(np.argmax(bad))
@@ -286,35 +308,136 @@ def _clean(where, frame, cols, features, spread_source, spread_bps, cs_window, m
                     f"{where}, column {cols[lo_key]!r}, row {rows[i]}: {lo_key} {_show(prices[lo_key][i])} is above "
                     f"{hi_key} {_show(prices[hi_key][i])} (column {cols[hi_key]!r})"
                 )
+    check_ohlc(where, prices, cols, rows)
     ts = None
     if "timestamp" in cols:
-        col = cols["timestamp"]
-        raw = frame[col]
-        try:
-            parsed = pd.to_datetime(raw, errors="coerce", format=timestamp_format, dayfirst=dayfirst)
-        except (ValueError, TypeError) as exc:
-            raise ValueError(f"{where}, column {col!r}: timestamps cannot be parsed: {exc}") from exc
-        nat = parsed.isna().to_numpy()
-        if nat.any():
-            i = int(np.argmax(nat))
-            raise ValueError(f"{where}, column {col!r}, row {rows[i]}: cannot parse timestamp {raw.iloc[i]!r}")
-        ts = parsed.to_numpy()
-        step = ts[1:] - ts[:-1]
-        dup = step == np.timedelta64(0)
-        if dup.any():
-            i = int(np.argmax(dup)) + 1
-            raise ValueError(f"{where}, column {col!r}, row {rows[i]}: duplicate timestamp {raw.iloc[i]!r} (same as row {rows[i - 1]})")
-        back = step < np.timedelta64(0)
-        if back.any():
-            i = int(np.argmax(back)) + 1
-            raise ValueError(
-                f"{where}, column {col!r}, row {rows[i]}: timestamps not sorted ({raw.iloc[i]!r} is before "
-                f"{raw.iloc[i - 1]!r} at row {rows[i - 1]})"
-            )
+        ts = parse_timestamps(f"{where}, column {cols['timestamp']!r}", frame[cols["timestamp"]], rows,
+                              timestamp_format, dayfirst, timestamp_unit)
     values, source = _spread(where, prices, cols, spread_source, spread_bps, cs_window, min_spread_bps)
     if max_spread_bps is not None:
         values = np.minimum(values, max_spread_bps * 1e-4)
     return prices, (values, source), ts
+
+
+def numeric_column(where: str, raw, rows) -> np.ndarray:
+    """A price column as float64: numbers, or text that reads as numbers (a CSV cell that does not
+    stays NaN for the caller's finite-price check, which names its row). A bool column, or a cell
+    that is neither a number nor text (a bool, bytes, a date), is refused naming the row: never
+    read as 1.0 / 0.0."""
+    import pandas as pd
+
+    if pd.api.types.is_bool_dtype(raw.dtype):
+        raise ValueError(f"{where}, row {rows[0]}: column of dtype bool ({raw.iloc[0]!r}); expected prices as numbers")
+    if raw.dtype == object or pd.api.types.is_string_dtype(raw.dtype):
+        odd = np.array([isinstance(v, (bool, np.bool_)) or not isinstance(v, (str, int, float, np.number))
+                        for v in raw.to_numpy()])
+        if odd.any():
+            i = int(np.argmax(odd))
+            cell = raw.iloc[i]
+            raise ValueError(f"{where}, row {rows[i]}: {type(cell).__name__} {cell!r} in a column of dtype object; "
+                             "expected a price as a number")
+    elif not pd.api.types.is_numeric_dtype(raw.dtype):
+        raise ValueError(f"{where}, row {rows[0]}: column of dtype {raw.dtype} ({raw.iloc[0]!r}); expected prices as numbers")
+    return pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
+
+
+def check_ohlc(where: str, prices: dict, cols: Mapping[str, str], rows) -> None:
+    """Open and close within the bar's range: ``low <= open, close <= high`` where those columns exist
+    (ValueError naming the column, the row and both values)."""
+    for key in ("open", "close"):
+        if key not in prices:
+            continue
+        for bound, outside in (("low", prices[key] < prices.get("low", prices[key])),
+                               ("high", prices[key] > prices.get("high", prices[key]))):
+            if outside.any():
+                i = int(np.argmax(outside))
+                side = "below" if bound == "low" else "above"
+                raise ValueError(
+                    f"{where}, column {cols[key]!r}, row {rows[i]}: {key} {_show(prices[key][i])} is {side} {bound} "
+                    f"{_show(prices[bound][i])} (column {cols[bound]!r}); expected low <= {key} <= high")
+
+
+TIMESTAMP_UNITS = ("s", "ms", "us", "ns")
+"""Units of integer epoch timestamps (``data.timestamp_unit``; ``auto`` or unset: by magnitude)."""
+_EPOCH_LIMITS = ((1e11, "s"), (1e14, "ms"), (1e17, "us"))
+"""Largest ``|epoch|`` read in each unit by magnitude: 1e11 s is the year 5138, 1e11 ms is 1973
+(so seconds up to 5138, milliseconds from 1973 on, and so on); above 1e17, nanoseconds."""
+
+
+def check_timestamp_unit(unit: Any) -> str | None:
+    """``data.timestamp_unit``: one of ``TIMESTAMP_UNITS``, ``"auto"`` or unset (None)."""
+    if unit is None or unit == "auto":
+        return None
+    if unit not in TIMESTAMP_UNITS:
+        raise ValueError(f"data.timestamp_unit: expected one of {list(TIMESTAMP_UNITS)} or 'auto', got {unit!r}")
+    return unit
+
+
+def epoch_unit(values: np.ndarray) -> str:
+    """The unit of integer epoch timestamps by the magnitude of the largest one (``_EPOCH_LIMITS``)."""
+    top = float(np.max(np.abs(values))) if len(values) else 0.0
+    return next((unit for limit, unit in _EPOCH_LIMITS if top < limit), "ns")
+
+
+def _is_epoch(raw) -> bool:
+    """Whether a timestamp column holds numbers (epochs), not text or datetimes; bool is refused."""
+    import pandas as pd
+
+    return pd.api.types.is_numeric_dtype(raw.dtype) and not pd.api.types.is_bool_dtype(raw.dtype)
+
+
+def timestamp_note(raw, unit: str | None = None) -> str:
+    """How a timestamp column is read, for the preflight's ``data:`` line."""
+    if not _is_epoch(raw):
+        return "timestamps: dates (UTC)"
+    values = raw.to_numpy(dtype=np.float64)
+    chosen = check_timestamp_unit(unit) or epoch_unit(values[np.isfinite(values)])
+    return f"timestamps: epoch {chosen} ({'data.timestamp_unit' if unit not in (None, 'auto') else 'by magnitude'})"
+
+
+def parse_timestamps(where: str, raw, rows, timestamp_format, dayfirst, unit=None) -> np.ndarray:
+    """A timestamp column as naive UTC ``datetime64[ns]``: numbers are epochs (``unit``, else by
+    magnitude: :func:`epoch_unit`), text and datetimes are parsed with their offsets (``Z``,
+    ``+00:00``, ...) and converted to UTC (naive ones taken as UTC). ValueError naming ``where`` and
+    the row for a cell that does not parse, a duplicate or an earlier timestamp; bool refused."""
+    import pandas as pd
+
+    if pd.api.types.is_bool_dtype(raw.dtype):
+        raise ValueError(f"{where}: timestamps of dtype bool; expected dates or integer epochs")
+    try:
+        if _is_epoch(raw):
+            values = raw.to_numpy(dtype=np.float64)
+            finite = np.isfinite(values)
+            chosen = check_timestamp_unit(unit) or epoch_unit(values[finite])
+            parsed = pd.Series(pd.to_datetime(np.where(finite, values, np.nan), unit=chosen, errors="coerce"))
+        else:
+            parsed = pd.Series(pd.to_datetime(raw, errors="coerce", format=timestamp_format, dayfirst=dayfirst,
+                                              utc=True)).dt.tz_convert(None)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise ValueError(f"{where}: timestamps cannot be parsed: {exc}") from exc
+    nat = parsed.isna().to_numpy()
+    if nat.any():
+        i = int(np.argmax(nat))
+        raise ValueError(f"{where}, row {rows[i]}: cannot parse timestamp {raw.iloc[i]!r}")
+    ts = parsed.to_numpy(dtype="datetime64[ns]")
+    _check_order(where, ts, raw, rows)
+    return ts
+
+
+def _check_order(where: str, ts: np.ndarray, raw, rows) -> None:
+    """ValueError naming the row of the first duplicate or earlier timestamp."""
+    step = ts[1:] - ts[:-1]
+    dup = step == np.timedelta64(0)
+    if dup.any():
+        i = int(np.argmax(dup)) + 1
+        raise ValueError(f"{where}, row {rows[i]}: duplicate timestamp {raw.iloc[i]!r} (same as row {rows[i - 1]})")
+    back = step < np.timedelta64(0)
+    if back.any():
+        i = int(np.argmax(back)) + 1
+        raise ValueError(
+            f"{where}, row {rows[i]}: timestamps not sorted ({raw.iloc[i]!r} is before "
+            f"{raw.iloc[i - 1]!r} at row {rows[i - 1]})"
+        )
 
 
 def _show(value: Any) -> str:

@@ -43,6 +43,11 @@ LEGACY_EXECUTION_LAG = 0
 key existed: trained, selected and reported under same-bar fills), see :func:`with_recorded_lag`."""
 
 
+MAX_ABS_EXPOSURE = 10.0
+"""The largest |exposure level| (position as a multiple of equity): beyond 10x a bar's move of 10%
+wipes out the account, and both the agent and buy-and-hold report ruin."""
+
+
 @dataclass(frozen=True)
 class EnvParams:
     """Configuration of :class:`~rl_zerosync.envs.BatchedTradingEnv` (``env_config["env"]``)."""
@@ -93,6 +98,10 @@ class EnvParams:
         levels = _float_tuple("exposure_levels", self.exposure_levels)
         if len(levels) != NUM_EXPOSURES:
             raise ValueError(f"EnvParams.exposure_levels: expected {NUM_EXPOSURES} values, got {len(levels)}")
+        too_big = [x for x in levels if abs(x) > MAX_ABS_EXPOSURE]
+        if too_big:
+            raise ValueError(f"EnvParams.exposure_levels: expected every |level| <= {MAX_ABS_EXPOSURE:g} (times equity), "
+                             f"got {too_big[0]:g} in {list(levels)}")
         object.__setattr__(self, "exposure_levels", levels)
         for name in ("fill_prob", "spread_frac", "impact"):
             table = _table(name, getattr(self, name))

@@ -300,7 +300,11 @@ def _load(checkpoint: str | Path, data: str | None, out_dir: str | Path | None, 
     from rl_zerosync.data.data_settings import check_data_keys
     from rl_zerosync.evaluation.validation import routing_thresholds
 
+    from rl_zerosync.rundir.lock import check_writable_dir
+
     data_overrides({}, overrides)  # a bad key fails before anything is loaded
+    if out_dir:
+        check_writable_dir(out_dir, "evaluate --out")  # a file or a read-only folder, before any load
     ckpt = verified_checkpoint(checkpoint, which)  # CheckpointError naming the first damaged file
     settings = yaml.safe_load((ckpt / SETTINGS_FILE).read_text())
     data_cfg, segments = _data_cfg(settings, data, overrides)

@@ -151,18 +151,54 @@ class TrainingHalted(RuntimeError):
 
     ``update_index`` is the 0-based index of the first update (since the last read) that tripped
     the check; ``loss``, ``grad_norm`` and the Q range (min / max of the batch's per-row max-Q)
-    are that update's values.
+    are that update's values. ``threshold`` is the check's limit (the divergence threshold on
+    ``|Q|``, the collapse threshold on the gradient norm; none for the non-finite check) and
+    ``iteration`` the training iteration it happened in (set by the training loop,
+    :meth:`at_iteration`). The message is one line naming the metric, its value and the threshold.
+    Picklable by its fields (Ray and RLlib copy exceptions across processes).
     """
 
     def __init__(
-        self, *, check: str, update_index: int, loss: float, grad_norm: float, q_min: float, q_max: float
+        self, *, check: str, update_index: int, loss: float, grad_norm: float, q_min: float, q_max: float,
+        threshold: float | None = None, iteration: int | None = None,
     ) -> None:
         self.check, self.update_index = check, update_index
         self.loss, self.grad_norm, self.q_min, self.q_max = loss, grad_norm, q_min, q_max
-        super().__init__(
-            f"training halted by the {check} check at update {update_index}: loss={loss:.6g}, "
-            f"grad_norm={grad_norm:.6g}, Q range=[{q_min:.6g}, {q_max:.6g}]"
-        )
+        self.threshold, self.iteration = threshold, iteration
+        super().__init__(self._message())
+
+    def fields(self) -> dict:
+        """The keyword arguments that rebuild this exception."""
+        return dict(check=self.check, update_index=self.update_index, loss=self.loss, grad_norm=self.grad_norm,
+                    q_min=self.q_min, q_max=self.q_max, threshold=self.threshold, iteration=self.iteration)
+
+    def __reduce__(self):
+        return _rebuild_halted, (self.fields(),)
+
+    def at_iteration(self, iteration: int) -> "TrainingHalted":
+        """This halt with the training iteration it happened in named."""
+        return TrainingHalted(**{**self.fields(), "iteration": int(iteration)})
+
+    def metric(self) -> str:
+        """``<metric> = <value> <relation> <threshold>`` of the check that fired."""
+        if self.check == "divergence":
+            value = max(abs(self.q_min), abs(self.q_max))
+            limit = "" if self.threshold is None else f" above the threshold {self.threshold:.6g} (learner.divergence_threshold)"
+            return f"max |Q| = {value:.6g}{limit}"
+        if self.check == "grad_collapse":
+            limit = "" if self.threshold is None else f" below the threshold {self.threshold:.6g} (lr x learner.collapse_multiplier)"
+            return f"grad_norm = {self.grad_norm:.6g}{limit}"
+        return f"loss = {self.loss:.6g}, grad_norm = {self.grad_norm:.6g}: not finite"
+
+    def _message(self) -> str:
+        where = f"; iteration {self.iteration}" if self.iteration is not None else ""
+        return (f"training halted by the {self.check} check at update {self.update_index}: loss={self.loss:.6g}, "
+                f"grad_norm={self.grad_norm:.6g}, Q range=[{self.q_min:.6g}, {self.q_max:.6g}]; "
+                f"{self.metric()}{where}")
+
+
+def _rebuild_halted(fields: dict) -> TrainingHalted:
+    return TrainingHalted(**fields)
 
 
 class TrainingGuard:
@@ -313,8 +349,9 @@ class TrainingGuard:
             if not hit:
                 continue
             rec = RECORD.split(recs[CHECK.offset(check)])
+            threshold = {"divergence": s.divergence_threshold, "grad_collapse": s.collapse_threshold}.get(check)
             info = dict(check=check, update_index=int(rec["update_index"]), loss=rec["loss"],
-                        grad_norm=rec["grad_norm"], q_min=rec["q_min"], q_max=rec["q_max"])
+                        grad_norm=rec["grad_norm"], q_min=rec["q_min"], q_max=rec["q_max"], threshold=threshold)
             if policy == "halt":
                 raise TrainingHalted(**info)
             if policy == "warn":

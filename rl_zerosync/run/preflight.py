@@ -3,6 +3,7 @@
 :func:`check` runs in the driver, after :func:`rl_zerosync.config.settings.load` and before
 :func:`rl_zerosync.run.train.train` (which starts Ray), in this order:
 
+0. **Run directory** (:func:`check_run_dir`): ``<run.dir>/<run.name>`` can be created and written.
 1. **GPU requests** (:func:`check_gpus`): ``algo.num_gpus_per_learner`` > 0, ``algo.num_gpus_per_env_runner``
    > 0 with remote env runners, ``runner.device: cuda`` and ``data.device: cuda`` need CUDA devices
    that torch sees here; the GPUs of all requests are packed like Ray packs fractional GPUs (first
@@ -48,6 +49,7 @@ def check(settings, *, segments: bool = True, log: bool = True) -> dict[str, Any
     check their own). Returns ``{"gpus": ..., "segments": ..., "kernels": backend_info}``; raises
     :class:`PreflightError`.
     """
+    check_run_dir(settings)
     report: dict[str, Any] = {"gpus": check_gpus(settings)}
     report["segments"], periods_per_year = _check_data(settings, segments=segments)
     report["power"] = check_power(report["segments"], periods_per_year, log=log)
@@ -56,6 +58,17 @@ def check(settings, *, segments: bool = True, log: bool = True) -> dict[str, Any
     device = _kernel_device(settings)
     report["kernels"] = log_backend(device) if log else backend_info(device)
     return report
+
+
+def check_run_dir(settings) -> None:
+    """``run.dir`` / ``run.name``: the run directory can be created and written (not a file, not
+    read-only), before Ray starts (:class:`PreflightError` naming the config file and the path)."""
+    from rl_zerosync.rundir.lock import RunDirError, check_writable_dir
+
+    try:
+        check_writable_dir(settings.run_dir, "run.dir/run.name: run directory")
+    except RunDirError as err:
+        raise PreflightError(f"{settings.source}: {err}") from None
 
 
 # --- GPUs -----------------------------------------------------------------------------------------
@@ -274,8 +287,9 @@ def data_line(info: Mapping[str, Any]) -> str:
     spread = f"median {float(np.median(bps)):.2f} bps"
     if len(bps) > 1:
         spread += f" (assets {min(bps):.2f}-{max(bps):.2f})"
+    stamps = f" | {info['timestamps']}" if info.get("timestamps") else ""
     return (f"data: periods_per_year {info['periods_per_year']:g} ({info['periods_per_year_source']}) | "
-            f"spread: {'/'.join(sources)}, {spread}")
+            f"spread: {'/'.join(sources)}, {spread}{stamps}")
 
 
 def _spread_and_execution_lines(full, cfg, params) -> tuple[dict, dict]:

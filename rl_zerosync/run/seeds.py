@@ -22,6 +22,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from rl_zerosync.run.children import Stop, Stopped, spawn, stop_all, write_json_atomic
+
 BOOTSTRAP_RESAMPLES = 10_000
 MIN_SEEDS_FOR_INTERVAL = 5
 """Fewer seeds than this give a min..max range over seeds, not a bootstrap interval."""
@@ -142,10 +144,35 @@ def train_seeds(config: str, overrides: Sequence[str], seeds: Sequence[int], *, 
         raise ValueError(f"--parallel: expected an int >= 1, got {parallel}")
     parent = Path(base.run.dir) / (base.run.name + name_suffix)
     parent.mkdir(parents=True, exist_ok=True)
+    # Until the sweep ends, seeds.json says it is unfinished (a killed driver leaves this, not the last sweep's).
+    write_json_atomic(parent / "seeds.json", {"config": str(config), "overrides": list(overrides), "per_seed": {},
+                                              "partial": True, "unfinished_seeds": list(seeds)})
     pending = list(seeds)
     running: dict[int, tuple[subprocess.Popen, Any, float]] = {}
     failed: dict[int, int] = {}
     walls: dict[int, float] = {}
+    try:
+        with Stop():
+            _run_seeds(config, overrides, parent, pending, running, failed, walls, parallel)
+    except Stopped as stop:
+        stop_all(p for p, _, _ in running.values())
+        return _partial_report(config, overrides, parent, seeds, walls, stop.signum)
+    if failed:
+        raise RuntimeError(f"seeds {sorted(failed)} failed (exit codes {failed}); see {parent}/seed<k>/train.log")
+    from rl_zerosync.evaluation.evidence import read_returns
+
+    per_seed = {s: {**seed_record(parent / f"seed{s}"), "wall_s": walls[s]} for s in seeds}
+    returns = [read_returns(parent / f"seed{s}" / "evaluation") for s in seeds]
+    report = {"config": str(config), "overrides": list(overrides), "per_seed": per_seed,
+              "summary": summarize(per_seed, returns), "partial": False}
+    report["path"] = str(write_json_atomic(parent / "seeds.json", report))
+    return report
+
+
+def _run_seeds(config, overrides, parent: Path, pending: list, running: dict, failed: dict, walls: dict,
+               parallel: int) -> None:
+    """Start the pending seeds ``parallel`` at a time and wait for them (``running``, ``failed`` and
+    ``walls`` are updated in place, so an interrupt knows what was running)."""
     while pending or running:
         while pending and len(running) < parallel:
             seed = pending.pop(0)
@@ -155,7 +182,7 @@ def train_seeds(config: str, overrides: Sequence[str], seeds: Sequence[int], *, 
                    *[x for o in overrides for x in ("--set", o)],
                    "--set", f"run.seed={seed}", "--set", f"run.dir={parent}", "--set", f"run.name=seed{seed}"]
             log = open(run_dir / "train.log", "w")
-            running[seed] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log, time.perf_counter())
+            running[seed] = (spawn(cmd, log), log, time.perf_counter())
             print(f"seed {seed}: started ({run_dir / 'train.log'})", flush=True)
         time.sleep(0.5)
         for seed, (proc, log, t0) in list(running.items()):
@@ -167,16 +194,16 @@ def train_seeds(config: str, overrides: Sequence[str], seeds: Sequence[int], *, 
             if proc.returncode != 0:
                 failed[seed] = proc.returncode
             print(f"seed {seed}: exit {proc.returncode} after {walls[seed]:.0f} s", flush=True)
-    if failed:
-        raise RuntimeError(f"seeds {sorted(failed)} failed (exit codes {failed}); see {parent}/seed<k>/train.log")
-    from rl_zerosync.evaluation.evidence import read_returns
 
-    per_seed = {s: {**seed_record(parent / f"seed{s}"), "wall_s": walls[s]} for s in seeds}
-    returns = [read_returns(parent / f"seed{s}" / "evaluation") for s in seeds]
+
+def _partial_report(config, overrides, parent: Path, seeds, walls: dict, signum: int) -> dict[str, Any]:
+    """seeds.json of an interrupted sweep: the seeds that finished, ``partial: true``, the rest named."""
+    done = [s for s in seeds if s in walls and (parent / f"seed{s}" / "evaluation" / "metrics.json").is_file()]
+    per_seed = {s: {**seed_record(parent / f"seed{s}"), "wall_s": walls[s]} for s in done}
     report = {"config": str(config), "overrides": list(overrides), "per_seed": per_seed,
-              "summary": summarize(per_seed, returns)}
-    (parent / "seeds.json").write_text(json.dumps(report, indent=2, default=float))
-    report["path"] = str(parent / "seeds.json")
+              "summary": summarize(per_seed) if per_seed else {"seeds": 0}, "partial": True,
+              "interrupted_by": signum, "unfinished_seeds": [s for s in seeds if s not in done]}
+    report["path"] = str(write_json_atomic(parent / "seeds.json", report))
     return report
 
 

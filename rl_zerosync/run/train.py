@@ -6,7 +6,7 @@ import signal
 
 from rl_zerosync.rundir.checkpoints import BEST_DIR
 from rl_zerosync.rundir.progress import Progress
-from rl_zerosync.rundir.run_dir import RunDir
+from rl_zerosync.rundir.run_dir import EVALUATION_DIR, RunDir
 from rl_zerosync.config.settings import Settings, to_rllib_config
 
 
@@ -32,10 +32,12 @@ def init_ray(settings: Settings) -> None:
 
 
 class _Interrupt:
-    """Turns SIGINT/SIGTERM into a flag checked between iterations."""
+    """Turns SIGINT/SIGTERM into a flag checked between iterations (a second Ctrl-C stops at once; a
+    second SIGTERM changes nothing: the checkpoint is written, then the run exits 128 + signal)."""
 
     def __init__(self):
         self.requested = False
+        self.signum: int | None = None
         self._previous = {}
 
     def __enter__(self):
@@ -47,10 +49,14 @@ class _Interrupt:
         return self
 
     def _handle(self, signum, frame):
-        if self.requested:  # second Ctrl-C: stop now
+        if self.requested and signum == signal.SIGINT:  # second Ctrl-C: stop now
             raise KeyboardInterrupt
+        if self.requested:  # a repeated SIGTERM (a driver and its death signal both): the checkpoint goes on
+            return
         self.requested = True
-        print("\ninterrupt: finishing this iteration, then writing a checkpoint", flush=True)
+        self.signum = int(signum)
+        print(f"\ninterrupt ({signal.Signals(signum).name}): finishing this iteration, then writing a "
+              f"checkpoint; the run then exits with {128 + signum}", flush=True)
 
     def __exit__(self, *exc):
         for sig, handler in self._previous.items():
@@ -100,6 +106,12 @@ def train(settings: Settings, resume: str | None = None, overwrite: bool = False
     run holds it). A directory that already holds a run is refused unless ``resume`` (a run or
     checkpoint directory to continue from: its newest checkpoint that matches its manifest, older
     ones tried in turn; the metrics rows after it are dropped) or ``overwrite`` (cleared first)."""
+    if resume:
+        from rl_zerosync.run.resume_settings import compare
+
+        changes = compare(settings, resume)  # a fixed key changed: refused before anything is written
+        print("resume: settings as the run's" if not changes else
+              f"resume: changed from the run's settings: {', '.join(changes)}", flush=True)
     with RunDir.claim(settings.run_dir, resume=bool(resume), overwrite=overwrite) as run_dir:
         # Verified before Ray starts: a damaged checkpoint fails (or falls back) at once.
         ckpt = run_dir.resume_point(resume) if resume else None
@@ -132,6 +144,33 @@ def header_line(settings: Settings, algo) -> str:
             f"{settings.run.iterations} iterations")
 
 
+def _halt_in(err: BaseException):
+    """The :class:`~rl_zerosync.learner.training_guard.TrainingHalted` that ``err`` is or wraps
+    (RLlib and Ray chain it into their own errors), or None."""
+    from rl_zerosync.learner.training_guard import TrainingHalted
+
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, TrainingHalted):
+            return err
+        seen.add(id(err))
+        cause = getattr(err, "cause", None)  # ray.exceptions.RayTaskError keeps the remote one here
+        err = cause if isinstance(cause, BaseException) else (err.__cause__ or err.__context__)
+    return None
+
+
+def _train_iteration(algo) -> dict:
+    """One ``algo.train()``; a guard halt comes out as one ``TrainingHalted`` naming its iteration
+    (not RLlib's chain of errors around it)."""
+    try:
+        return algo.train()
+    except Exception as err:  # noqa: BLE001 - only a halt is rewritten, the rest re-raised as is
+        halt = _halt_in(err)
+        if halt is None:
+            raise
+        raise halt.at_iteration(algo.iteration + 1) from None
+
+
 def _train_loop(settings: Settings, run_dir: RunDir, algo, ckpt) -> dict:
     state: dict = {}
     if ckpt is not None:
@@ -151,7 +190,7 @@ def _train_loop(settings: Settings, run_dir: RunDir, algo, ckpt) -> dict:
             validator = Validator(settings, algo)
         with _Interrupt() as interrupt:
             while algo.iteration < settings.run.iterations and not interrupt.requested:
-                result = algo.train()
+                result = _train_iteration(algo)
                 it = algo.iteration
                 if validator is not None and (it % eval_every == 0 or it == settings.run.iterations):
                     ev = validator.validate(algo)
@@ -173,11 +212,13 @@ def _train_loop(settings: Settings, run_dir: RunDir, algo, ckpt) -> dict:
         ckpt = run_dir.save(algo, settings, run_state=selection.state(), keep=settings.run.keep_checkpoints)
         print(f"checkpoint: {ckpt}", flush=True)
         if interrupt.requested:
+            result["interrupted_by"] = interrupt.signum
             return result
         if settings.run.evaluate:
             from rl_zerosync.evaluation.evaluate import evaluate_checkpoint
 
-            report = evaluate_checkpoint(run_dir.path, out_dir=run_dir.path / "evaluation",
+            run_dir.record(EVALUATION_DIR)
+            report = evaluate_checkpoint(run_dir.path, out_dir=run_dir.path / EVALUATION_DIR,
                                          which=settings.run.eval_checkpoint)
             print(report["summary_line"], flush=True)
             result["evaluation"] = report

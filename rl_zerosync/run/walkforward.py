@@ -98,14 +98,16 @@ def fold_split(i: int, k: int, fractions: Any = None, anchored: bool = False) ->
 
 
 def _fold_settings(settings, i: int, window: tuple[float, float], split: Sequence[float] | None = None,
-                   name: str | None = None, seed: int | None = None):
+                   seed_dir: str | None = None, seed: int | None = None):
     from rl_zerosync.config.settings import from_dict
 
     raw = settings.to_dict()
     raw["data"]["window"] = [window[0], window[1]]
     if split is not None:
         raw["data"]["split"] = list(split)
-    raw["run"]["name"] = f"{name or settings.run.name}/fold{i}"
+    # The fold's run directory: <run.dir>/<run.name>[/seed<k>]/fold<i> (run.name stays a plain name).
+    raw["run"]["dir"] = str(settings.run_dir if seed_dir is None else settings.run_dir / seed_dir)
+    raw["run"]["name"] = f"fold{i}"
     if seed is not None:
         raw["run"]["seed"] = int(seed)
     raw["run"]["evaluate"] = True  # the fold's test summary is the point of the fold
@@ -334,10 +336,10 @@ def walk_forward(settings, k: int, out_dir: str | Path | None = None, *, overwri
     out_dir = Path(out_dir) if out_dir is not None else settings.run_dir
     folds_settings, folds = [], []
     for seed in (list(seeds) if seeds is not None else [None]):
-        name = settings.run.name if seed is None else f"{settings.run.name}/seed{seed}"
+        seed_dir = None if seed is None else f"seed{seed}"
         for i, window in enumerate(windows):
             split = fold_split(i, k, fractions, anchored) if anchored else None
-            fold_cfg = _fold_settings(settings, i, window, split, name=name, seed=seed)
+            fold_cfg = _fold_settings(settings, i, window, split, seed_dir=seed_dir, seed=seed)
             try:
                 segments = fold_segments(fold_cfg.data, fold_cfg.env)
             except ValueError as err:

@@ -6,6 +6,7 @@ import datetime
 import json
 import os
 import socket
+import tempfile
 import time
 from pathlib import Path
 
@@ -15,6 +16,28 @@ LOCK_FILE = "run.lock"
 
 class RunDirError(RuntimeError):
     """A run directory this run may not use: another live run holds it, or it holds a finished run."""
+
+
+def check_writable_dir(path: str | Path, key: str) -> None:
+    """``path`` is, or can be made, a writable directory: its nearest existing ancestor is a directory
+    in which a file can be created. :class:`RunDirError` naming ``key`` and the path otherwise (a
+    file where a directory is expected, or no permission), before anything is written."""
+    path = Path(path)
+    probe = path
+    while not probe.exists():
+        if probe.is_symlink():
+            raise RunDirError(f"{key} {path}: {probe} is a broken symbolic link; expected a directory")
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        raise RunDirError(f"{key} {path}: {probe} is a file, expected a directory")
+    try:
+        fd, name = tempfile.mkstemp(prefix=".write-check-", dir=probe)
+    except OSError as err:
+        raise RunDirError(f"{key} {path}: {probe} is not writable ({err.strerror or err})") from None
+    os.close(fd)
+    os.unlink(name)
 
 
 def _proc_start(pid: int) -> str | None:
@@ -131,6 +154,16 @@ class RunLock:
             self.info, self._text = info, text
             return self
         raise RunDirError(f"{self.run_dir}: could not take the lock {self.path} (other runs keep taking it)")
+
+    def held(self) -> bool:
+        """Whether the lock file still holds this run's lock (False once the directory or the lock
+        is gone, or another run took it)."""
+        if self._text is None:
+            return False
+        try:
+            return self.path.read_text() == self._text
+        except OSError:
+            return False
 
     def release(self) -> None:
         """Remove the lock if it is still this run's."""

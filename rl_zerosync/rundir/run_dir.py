@@ -10,14 +10,17 @@ Layout (the checkpoints: :mod:`rl_zerosync.rundir.checkpoints`)::
     checkpoint/ ...      the newest checkpoints, ``checkpoint_best/`` the best validation pass
     *.damaged/           checkpoints found damaged at a resume, set aside
     evaluation/          the evaluation at the end of the run
+    run_files.json       the inventory: every top-level entry this run wrote (what --overwrite removes)
 """
 from __future__ import annotations
 
 import json
 import math
 import os
+import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import yaml
 from tensorboardX import SummaryWriter
@@ -27,13 +30,20 @@ from rl_zerosync.rundir.checkpoints import (
     BEST_DIR, CHECKPOINT_DIR, KEEP_LAST, MARKER, RUN_STATE_FILE, SETTINGS_FILE, CheckpointError,
     checkpoint_candidates, read_run_state, verified_checkpoint, verify_checkpoint, warn,
 )
-from rl_zerosync.rundir.lock import RunDirError, RunLock
+from rl_zerosync.rundir.lock import LOCK_FILE, RunDirError, RunLock
 
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
-RUN_OUTPUTS = (METRICS_FILE, METRICS_FILE + ".tmp", TENSORBOARD_DIR, "evaluation", "settings.yaml")
-"""What ``--overwrite`` removes besides every ``checkpoint*`` entry (the lock, logs and anything
-else in the directory stay)."""
+EVALUATION_DIR = "evaluation"
+INVENTORY_FILE = "run_files.json"
+"""The run's inventory: the names of the top-level entries it wrote, each recorded before it is
+written; ``--overwrite`` removes these and nothing else."""
+RUN_OUTPUTS = (METRICS_FILE, METRICS_FILE + ".tmp", TENSORBOARD_DIR, EVALUATION_DIR, "settings.yaml")
+"""The fixed names of a run's outputs: what ``--overwrite`` removes from a run directory written
+before the inventory existed, besides the checkpoint names of ``LEGACY_CHECKPOINT``."""
+LEGACY_CHECKPOINT = re.compile(r"^checkpoint(_best)?(\.\d+|\.old)?(\.tmp|\.damaged)?$")
+"""The exact checkpoint names a run writes (``checkpoint/``, ``checkpoint.1/``, ``checkpoint_best/``,
+their ``.tmp`` / ``.old`` / ``.damaged`` forms): never a prefix match (``checkpoint_experiment/`` stays)."""
 
 # Static or bulky parts of RLlib's result dict that are not iteration metrics.
 _SKIP = ("config", "evaluation")
@@ -51,6 +61,16 @@ def flatten_scalars(d: dict, prefix: str = "") -> dict[str, float]:
         elif isinstance(value, (int, float)) and math.isfinite(float(value)):
             out[name] = float(value)
     return out
+
+
+def _plain_name(name: Any) -> bool:
+    """A top-level entry name of a run directory (no separators, not ``.`` or ``..``)."""
+    return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\\" not in name
+
+
+def _write_failed(err: OSError, path: Path, kept: str) -> OSError:
+    """The ``OSError`` of a failed write as one line naming ``path`` and what is kept."""
+    return OSError(err.errno, f"cannot write {path}: {err.strerror or err}; {kept}")
 
 
 def _settings_yaml(settings) -> str:
@@ -115,20 +135,65 @@ class RunDir:
             found += [c.name + "/" for c in checkpoint_candidates(self.path, "best") if c.parent == self.path]
         return found
 
+    def inventory(self) -> list[str] | None:
+        """The names this run directory's runs recorded in ``run_files.json``; None when there is none
+        (a directory written before the inventory existed). An unreadable inventory is a
+        :class:`RunDirError`: nothing is removed on a guess."""
+        path = self.path / INVENTORY_FILE
+        if not path.is_file():
+            return None
+        try:
+            names = json.loads(path.read_text())
+        except ValueError as err:
+            raise RunDirError(f"{path}: unreadable run inventory ({err}); remove the run's files by hand") from None
+        if not isinstance(names, list) or not all(_plain_name(n) for n in names):
+            raise RunDirError(f"{path}: expected a list of file names of the run directory, got {names!r}")
+        return names
+
+    def record(self, *names: str) -> None:
+        """Add ``names`` (top-level entries of the run directory) to the inventory, before they are
+        written; the inventory is rewritten atomically (tmp + rename)."""
+        self.check_present()
+        known = self.inventory() or []
+        new = [n for n in names if n not in known]
+        if not new:
+            return
+        path = self.path / INVENTORY_FILE
+        tmp = path.with_name(INVENTORY_FILE + ".tmp")
+        tmp.write_text(json.dumps(sorted(known + new), indent=1) + "\n")
+        os.replace(tmp, path)
+
     def clear(self) -> list[str]:
-        """Remove a run's outputs (``RUN_OUTPUTS`` and every ``checkpoint*`` entry); returns the
+        """Remove what the runs of this directory wrote: the entries of the inventory
+        (:meth:`inventory`), or in a directory without one the fixed names of ``RUN_OUTPUTS`` and
+        ``LEGACY_CHECKPOINT``; never anything else (the lock, logs, other files stay). Returns the
         names removed."""
         removed = []
         if not self.path.is_dir():
             return removed
+        names = self.inventory()
         for p in sorted(self.path.iterdir()):
-            if p.name in RUN_OUTPUTS or p.name.startswith("checkpoint"):
-                if p.is_dir() and not p.is_symlink():
-                    shutil.rmtree(p)
-                else:
-                    p.unlink()
-                removed.append(p.name)
+            ours = p.name in names if names is not None else (
+                p.name in RUN_OUTPUTS or LEGACY_CHECKPOINT.match(p.name) is not None)
+            if not ours or p.name in (LOCK_FILE, INVENTORY_FILE):
+                continue
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
+            removed.append(p.name)
+        (self.path / INVENTORY_FILE).unlink(missing_ok=True)
         return removed
+
+    def check_present(self) -> None:
+        """:class:`RunDirError` when this run's directory or its lock has gone (deleted, moved, or the
+        lock taken) while the run holds it: the run stops at its next write instead of writing into
+        a directory nobody sees, or into another run's."""
+        if self.lock is None:
+            return
+        if not self.path.is_dir() or not self.lock.held():
+            raise RunDirError(f"{self.path}: the run directory or its lock {LOCK_FILE} disappeared during the "
+                              "run; stopping before the next write (the files written so far are gone with it)")
 
     def close(self) -> None:
         """Close the metrics log (if open) and release the lock (if still this run's)."""
@@ -174,6 +239,7 @@ class RunDir:
         if ckpt.resolve().parent != run_dir or ckpt.name in (".", ""):
             return None
         dst = run_dir / (ckpt.name + ".damaged")
+        self.record(dst.name)
         shutil.rmtree(dst, ignore_errors=True)
         os.replace(ckpt, dst)
         return dst
@@ -218,6 +284,7 @@ class RunDir:
                 dropped += 1
             keep[it] = line
         tmp = path.with_name(METRICS_FILE + ".tmp")
+        self.record(tmp.name)
         with open(tmp, "w") as f:
             f.writelines(keep[it] + "\n" for it in sorted(keep))
             f.flush()
@@ -229,12 +296,14 @@ class RunDir:
 
     def write_settings(self, settings) -> None:
         """The run's settings as ``settings.yaml`` (what ``evaluate`` of the run directory reads)."""
+        self.record(SETTINGS_FILE, EVALUATION_DIR)  # evaluation/: where `evaluate` of this run writes by default
         (self.path / SETTINGS_FILE).write_text(_settings_yaml(settings))
 
     def open_log(self) -> None:
         """Open ``metrics.jsonl`` (appended to) and this session's TensorBoard event file. After
         :meth:`restore`, TensorBoard hides the earlier sessions' events after the resumed iteration."""
         self.path.mkdir(parents=True, exist_ok=True)
+        self.record(METRICS_FILE, TENSORBOARD_DIR)
         self._jsonl = open(self.path / METRICS_FILE, "a", buffering=1)
         tb_dir = self.path / TENSORBOARD_DIR
         # One event file per session, named in session order: a resume in the same second as the
@@ -246,12 +315,16 @@ class RunDir:
     def log(self, result: dict) -> None:
         """One iteration's row: RLlib's result dict (less ``config`` and ``evaluation``) flattened to
         finite scalars, appended to ``metrics.jsonl`` and written to TensorBoard at its iteration."""
+        self.check_present()
         step = int(result.get("training_iteration", 0))
         scalars = flatten_scalars({k: v for k, v in result.items() if k not in _SKIP})
-        self._jsonl.write(json.dumps({"iteration": step, **scalars}) + "\n")
-        for name, value in scalars.items():
-            self._tb.add_scalar(name, value, step)
-        self._tb.flush()
+        try:
+            self._jsonl.write(json.dumps({"iteration": step, **scalars}) + "\n")
+            for name, value in scalars.items():
+                self._tb.add_scalar(name, value, step)
+            self._tb.flush()
+        except OSError as err:
+            raise _write_failed(err, self.path / METRICS_FILE, f"rows up to iteration {step - 1} are kept") from None
 
     def close_log(self) -> None:
         """Close ``metrics.jsonl`` and the TensorBoard writer (if open)."""
@@ -275,6 +348,15 @@ class RunDir:
         if replay is None:
             replay = name == CHECKPOINT_DIR
         tmp = self.path / (name + ".tmp")
+        self.record(name, tmp.name, name + ".old", *(f"{name}.{i}" for i in range(1, max(1, int(keep)))))
+        try:
+            return self._save(algo, settings, name, tmp, run_state, keep, replay)
+        except OSError as err:  # a full disk, a read-only file system: the previous checkpoint stays
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise _write_failed(err, tmp, f"the previous {self.path / name} is intact") from None
+
+    def _save(self, algo, settings, name: str, tmp: Path, run_state: dict | None, keep: int, replay: bool) -> Path:
+        """:meth:`save`'s writes: RLlib's files, settings, run state and manifest into ``tmp``, then rotate."""
         shutil.rmtree(tmp, ignore_errors=True)
         if replay:
             algo.save_to_path(str(tmp.resolve()))

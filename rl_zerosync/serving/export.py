@@ -29,12 +29,14 @@ without them it raises ``ModuleNotFoundError`` naming the missing one.
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib.util
 import io
 import inspect
 import json
 import logging
 import math
+import os
 import warnings
 from dataclasses import asdict
 from pathlib import Path
@@ -257,7 +259,32 @@ def export_policy(checkpoint: str | Path, fmt: str = "torchscript", out: str | P
                          "beside it as <out>.json)")
     path.parent.mkdir(parents=True, exist_ok=True)
     meta = {**meta, "format": fmt}
-    (_export_onnx if fmt == "onnx" else _export_torchscript)(net, meta, path)
     meta_path = path.with_name(path.name + ".json")
-    meta_path.write_text(json.dumps(meta, indent=2))
+    _write_both(net, meta, fmt, path, meta_path)
     return {**meta, "path": str(path), "metadata_path": str(meta_path)}
+
+
+def _write_both(net, meta: dict, fmt: str, path: Path, meta_path: Path) -> None:
+    """The model and its sidecar written whole to ``<name>.tmp`` files, then renamed into place (the
+    sidecar last): a failed write (a full disk) leaves any previous export untouched, the partial
+    ``.tmp`` files removed, and an ``OSError`` naming the path."""
+    tmp_model = path.with_name(path.name + ".tmp")
+    tmp_meta = meta_path.with_name(meta_path.name + ".tmp")
+    current = tmp_model
+    try:
+        (_export_onnx if fmt == "onnx" else _export_torchscript)(net, meta, tmp_model)
+        current = tmp_meta
+        with open(tmp_meta, "w") as f:
+            f.write(json.dumps(meta, indent=2))
+            f.flush()
+            os.fsync(f.fileno())
+        current = path
+        os.replace(tmp_model, path)
+        current = meta_path
+        os.replace(tmp_meta, meta_path)
+    except (OSError, RuntimeError) as err:  # torch's writer reports a full disk as a RuntimeError
+        for tmp in (tmp_model, tmp_meta):
+            tmp.unlink(missing_ok=True)
+        code = getattr(err, "errno", None) or errno.EIO
+        why = getattr(err, "strerror", None) or str(err).splitlines()[0]
+        raise OSError(code, f"export: cannot write {current}: {why}") from None
