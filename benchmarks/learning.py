@@ -133,6 +133,9 @@ def run_budget(config, overrides, seeds, parallel, runs_dir, name):
     t0 = time.perf_counter()
     report = train_seeds(config, over, seeds, parallel=parallel)
     report["wall_s"] = time.perf_counter() - t0
+    if report.get("partial"):  # interrupted: the finished seeds are in seeds.json, no summary to score
+        raise SystemExit(f"{name}: the seeds run was interrupted (signal {report.get('interrupted_by')}) with "
+                         f"seeds {report.get('unfinished_seeds')} unfinished; see {report.get('path')}")
     return report
 
 
