@@ -52,8 +52,18 @@ def test_ray_notices_once_at_debug_in_our_commands_only(caplog):
 
     from rl_zerosync.run.ray_console import DEBUG_LOGGER, NOTICES, OnceAtDebug, quiet_ray_notices
 
+    # Importing the library (and RLlib through it) installs no filter: checked in a fresh process,
+    # since our commands run earlier in this one may have installed theirs.
+    code = ("import logging; import rl_zerosync.algorithm, rl_zerosync.run.train; "
+            "from rl_zerosync.run.ray_console import NOTICES, OnceAtDebug; "
+            "print(any(isinstance(f, OnceAtDebug) for n in NOTICES for f in logging.getLogger(n).filters))")
+    fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert fresh.returncode == 0 and fresh.stdout.strip() == "False", fresh.stdout + fresh.stderr
     gputil = logging.getLogger("ray.tune.utils.util")
-    assert not any(isinstance(f, OnceAtDebug) for f in gputil.filters)  # importing changes nothing
+    for name in NOTICES:  # start from no filter in this process
+        logger = logging.getLogger(name)
+        for f in [f for f in logger.filters if isinstance(f, OnceAtDebug)]:
+            logger.removeFilter(f)
     quiet_ray_notices()
     quiet_ray_notices()  # idempotent
     try:
