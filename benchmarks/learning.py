@@ -224,7 +224,9 @@ def main() -> int:
             args.out = quick_path("learning_cpu_quick")  # a smoke run never replaces committed results
     seeds = parse_seeds(args.seeds)
     base = load(args.config, args.set)
-    result: dict = {**result_header("learning", device=device, config=args.config, key="benchmark"),
+    shown = Path(args.config).resolve()
+    shown = shown.relative_to(ROOT) if shown.is_relative_to(ROOT) else shown  # the JSON names repo files by repo path
+    result: dict = {**result_header("learning", device=device, config=str(shown), key="benchmark"),
                     "overrides": args.set, "settings": base.to_dict(), "seeds": seeds}
     runs_dir = Path(args.runs_dir)
     if args.sweep:
