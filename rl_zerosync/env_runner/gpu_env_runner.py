@@ -358,8 +358,9 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
                     f"{len(out)} rollouts of {self.num_envs} envs x {self.num_steps} steps; episodes this long "
                     "need a longer rollout_fragment_length or fewer evaluation_duration units")
             self._sample_once(mode, device_output=self.device.type == "cuda")
-            host = self._last_host  # host read: this rollout's one readback (pinned host views)
-            window.add(host["rewards"].numpy(), (host["terminateds"] | host["truncateds"]).numpy())
+            host = self._last_host  # this rollout's one readback (pinned host views)
+            window.add(host["rewards"].numpy(),  # host read: host copies already made by the readback
+                       (host["terminateds"] | host["truncateds"]).numpy())
             out.append(RolloutCount(per))
         self._log_eval_episodes(window)
         self._on_sample_end(out)

@@ -56,16 +56,31 @@ def stop_all(procs: Iterable[subprocess.Popen], signum: int = signal.SIGTERM, wa
             p.wait()
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def install_stop_handlers(handler) -> dict:
+    """Set ``handler`` for SIGINT and SIGTERM (main thread only: elsewhere Python refuses, and the
+    previous handlers stay); returns the previous handlers for :func:`restore_handlers`."""
+    previous = {}
+    for sig in STOP_SIGNALS:
+        try:
+            previous[sig] = signal.signal(sig, handler)
+        except ValueError:  # not the main thread
+            pass
+    return previous
+
+
+def restore_handlers(previous: dict) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
+
+
 class Stop:
     """A context in which SIGTERM / SIGINT raise :class:`Stopped` (the previous handlers restored after)."""
 
     def __enter__(self) -> "Stop":
-        self._previous = {}
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                self._previous[sig] = signal.signal(sig, self._raise)
-            except ValueError:  # not the main thread
-                pass
+        self._previous = install_stop_handlers(self._raise)
         return self
 
     @staticmethod
@@ -73,8 +88,7 @@ class Stop:
         raise Stopped(signum)
 
     def __exit__(self, *exc) -> bool:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+        restore_handlers(self._previous)
         return False
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import signal
 
+from rl_zerosync.run.children import install_stop_handlers, restore_handlers
 from rl_zerosync.rundir.checkpoints import BEST_DIR
 from rl_zerosync.rundir.progress import Progress
 from rl_zerosync.rundir.run_dir import EVALUATION_DIR, RunDir
@@ -41,11 +42,7 @@ class _Interrupt:
         self._previous = {}
 
     def __enter__(self):
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                self._previous[sig] = signal.signal(sig, self._handle)
-            except ValueError:  # not the main thread
-                pass
+        self._previous = install_stop_handlers(self._handle)
         return self
 
     def _handle(self, signum, frame):
@@ -59,8 +56,7 @@ class _Interrupt:
               f"checkpoint; the run then exits with {128 + signum}", flush=True)
 
     def __exit__(self, *exc):
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+        restore_handlers(self._previous)
         return False
 
 
