@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 
 from rl_zerosync.run.children import install_stop_handlers, restore_handlers
 from rl_zerosync.rundir.checkpoints import BEST_DIR
@@ -32,6 +33,17 @@ def init_ray(settings: Settings) -> None:
     ray.init(**kwargs)
 
 
+def _say(text: str) -> None:
+    """Write from a signal handler: straight to the stdout descriptor (a buffered ``print`` there can be
+    re-entered in the middle of the main code's own ``print`` and raise)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # a captured stdout (tests) has no descriptor
+        print(text, end="", flush=True)
+        return
+    os.write(fd, text.encode())
+
+
 class _Interrupt:
     """Turns SIGINT/SIGTERM into a flag checked between iterations (a second Ctrl-C stops at once; a
     second SIGTERM changes nothing: the checkpoint is written, then the run exits 128 + signal)."""
@@ -49,11 +61,12 @@ class _Interrupt:
         if self.requested and signum == signal.SIGINT:  # second Ctrl-C: stop now
             raise KeyboardInterrupt
         if self.requested:  # a repeated SIGTERM (a driver and its death signal both): the checkpoint goes on
+            _say(f"\ninterrupt ({signal.Signals(signum).name}) again: the checkpoint is still written\n")
             return
         self.requested = True
         self.signum = int(signum)
-        print(f"\ninterrupt ({signal.Signals(signum).name}): finishing this iteration, then writing a "
-              f"checkpoint; the run then exits with {128 + signum}", flush=True)
+        _say(f"\ninterrupt ({signal.Signals(signum).name}): finishing this iteration, then writing a "
+             f"checkpoint; the run then exits with {128 + signum}\n")
 
     def __exit__(self, *exc):
         restore_handlers(self._previous)
@@ -205,8 +218,9 @@ def _train_loop(settings: Settings, run_dir: RunDir, algo, ckpt) -> dict:
                           f"{selection.patience} passes (best {selection.best_value:+.3f} at iteration "
                           f"{selection.best_iteration})", flush=True)
                     break
-        ckpt = run_dir.save(algo, settings, run_state=selection.state(), keep=settings.run.keep_checkpoints)
-        print(f"checkpoint: {ckpt}", flush=True)
+            # inside the handler: a SIGTERM during the save (a driver and its death signal both) waits for it
+            ckpt = run_dir.save(algo, settings, run_state=selection.state(), keep=settings.run.keep_checkpoints)
+            print(f"checkpoint: {ckpt}", flush=True)
         if interrupt.requested:
             result["interrupted_by"] = interrupt.signum
             return result
