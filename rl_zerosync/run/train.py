@@ -180,58 +180,116 @@ def _train_iteration(algo) -> dict:
         raise halt.at_iteration(algo.iteration + 1) from None
 
 
-def _train_loop(settings: Settings, run_dir: RunDir, algo, ckpt) -> dict:
-    state: dict = {}
-    if ckpt is not None:
-        state = run_dir.restore(algo, ckpt)
-    run_dir.open_log()
-    progress = Progress(total_iterations=settings.run.iterations)
-    print(header_line(settings, algo), flush=True)
-    result: dict = {}
-    every = settings.run.checkpoint_every
-    eval_every = settings.eval_every
-    selection = _Selection(settings, state)
-    validator = None
-    try:
-        if eval_every:
-            from rl_zerosync.evaluation.validation import Validator
+class TrainLoop:
+    """One run's training, step by step: :meth:`step` is one iteration (validation, best checkpoint,
+    metrics row, progress line, periodic checkpoint, early-stop check), :meth:`save` the final
+    checkpoint, :meth:`evaluate` the end-of-run evaluation. ``train()`` drives one loop to the end; a
+    population (:mod:`rl_zerosync.population`) steps its members' loops in lockstep.
 
-            validator = Validator(settings, algo)
+    Args:
+        settings, run_dir, algo: The run's settings, claimed run directory and built algorithm.
+        ckpt: Checkpoint to restore first (a resume), or None.
+        validator: The :class:`~rl_zerosync.evaluation.validation.Validator` to use (a population
+            shares one across its members, whose shapes agree); None builds one when the run validates.
+        show: Print the header and the per-iteration progress line (members of a population do not).
+    """
+
+    def __init__(self, settings: Settings, run_dir: RunDir, algo, ckpt=None, *, validator=None,
+                 show: bool = True) -> None:
+        self.settings, self.run_dir, self.algo = settings, run_dir, algo
+        state = run_dir.restore(algo, ckpt) if ckpt is not None else {}
+        self.selection = _Selection(settings, state)
+        self.progress = Progress(total_iterations=settings.run.iterations)
+        self.show = show
+        self.result: dict = {}
+        self.stopped = False
+        run_dir.open_log()
+        try:
+            if show:
+                print(header_line(settings, algo), flush=True)
+            if validator is None and settings.eval_every:
+                from rl_zerosync.evaluation.validation import Validator
+
+                validator = Validator(settings, algo)
+            self.validator = validator if settings.eval_every else None
+        except BaseException:
+            run_dir.close_log()
+            raise
+
+    @property
+    def done(self) -> bool:
+        """All iterations ran, or validation stopped the run early."""
+        return self.stopped or self.algo.iteration >= self.settings.run.iterations
+
+    def validation_due(self, iteration: int) -> bool:
+        """Whether iteration ``iteration`` ends with a validation pass."""
+        every = self.settings.eval_every
+        return bool(self.validator is not None and every and
+                    (iteration % every == 0 or iteration == self.settings.run.iterations))
+
+    def step(self) -> dict:
+        """One iteration; returns its result (``result["eval"]`` after a validation pass)."""
+        settings, algo, run_dir, selection = self.settings, self.algo, self.run_dir, self.selection
+        result = _train_iteration(algo)
+        it = algo.iteration
+        if self.validation_due(it):
+            ev = self.validator.validate(algo)
+            if selection.update(it, ev):
+                run_dir.save(algo, settings, BEST_DIR, {**selection.state(), "validation": ev})
+            ev["best_validation_" + selection.metric] = selection.best_value
+            ev["best_iteration"] = selection.best_iteration
+            result["eval"] = ev
+        self.progress.add_perf(result)
+        run_dir.log(result)
+        if self.show:
+            self.progress.show(result)
+        every = settings.run.checkpoint_every
+        if every and it % every == 0:
+            run_dir.save(algo, settings, run_state=selection.state(), keep=settings.run.keep_checkpoints)
+        if selection.stop:
+            self.stopped = True
+            if self.show:
+                print(f"early stop: no new best validation {selection.metric} in "
+                      f"{selection.patience} passes (best {selection.best_value:+.3f} at iteration "
+                      f"{selection.best_iteration})", flush=True)
+        self.result = result
+        return result
+
+    def save(self):
+        """The final checkpoint (``checkpoint/``); returns its path."""
+        settings = self.settings
+        return self.run_dir.save(self.algo, settings, run_state=self.selection.state(),
+                                 keep=settings.run.keep_checkpoints)
+
+    def evaluate(self) -> dict:
+        """The end-of-run evaluation into ``evaluation/`` (``run.eval_checkpoint``); returns its report."""
+        from rl_zerosync.evaluation.evaluate import evaluate_checkpoint
+
+        self.run_dir.record(EVALUATION_DIR)
+        return evaluate_checkpoint(self.run_dir.path, out_dir=self.run_dir.path / EVALUATION_DIR,
+                                   which=self.settings.run.eval_checkpoint)
+
+    def close(self) -> None:
+        self.run_dir.close_log()
+
+
+def _train_loop(settings: Settings, run_dir: RunDir, algo, ckpt) -> dict:
+    loop = TrainLoop(settings, run_dir, algo, ckpt)
+    try:
         with _Interrupt() as interrupt:
-            while algo.iteration < settings.run.iterations and not interrupt.requested:
-                result = _train_iteration(algo)
-                it = algo.iteration
-                if validator is not None and (it % eval_every == 0 or it == settings.run.iterations):
-                    ev = validator.validate(algo)
-                    if selection.update(it, ev):
-                        run_dir.save(algo, settings, BEST_DIR, {**selection.state(), "validation": ev})
-                    ev["best_validation_" + selection.metric] = selection.best_value
-                    ev["best_iteration"] = selection.best_iteration
-                    result["eval"] = ev
-                progress.add_perf(result)
-                run_dir.log(result)
-                progress.show(result)
-                if every and it % every == 0:
-                    run_dir.save(algo, settings, run_state=selection.state(), keep=settings.run.keep_checkpoints)
-                if selection.stop:
-                    print(f"early stop: no new best validation {selection.metric} in "
-                          f"{selection.patience} passes (best {selection.best_value:+.3f} at iteration "
-                          f"{selection.best_iteration})", flush=True)
-                    break
+            while not loop.done and not interrupt.requested:
+                loop.step()
             # inside the handler: a SIGTERM during the save (a driver and its death signal both) waits for it
-            ckpt = run_dir.save(algo, settings, run_state=selection.state(), keep=settings.run.keep_checkpoints)
+            ckpt = loop.save()
             print(f"checkpoint: {ckpt}", flush=True)
+        result = loop.result
         if interrupt.requested:
             result["interrupted_by"] = interrupt.signum
             return result
         if settings.run.evaluate:
-            from rl_zerosync.evaluation.evaluate import evaluate_checkpoint
-
-            run_dir.record(EVALUATION_DIR)
-            report = evaluate_checkpoint(run_dir.path, out_dir=run_dir.path / EVALUATION_DIR,
-                                         which=settings.run.eval_checkpoint)
+            report = loop.evaluate()
             print(report["summary_line"], flush=True)
             result["evaluation"] = report
     finally:
-        run_dir.close_log()
+        loop.close()
     return result
