@@ -264,6 +264,29 @@ def _one_line(err: BaseException) -> str:
     return " | ".join(lines) or type(err).__name__
 
 
+def _train_population(settings, args) -> int:
+    """``train`` of a config with a ``population:`` section (:mod:`rl_zerosync.population.train`)."""
+    from rl_zerosync.learner.training_guard import TrainingHalted
+    from rl_zerosync.population.train import train_population
+    from rl_zerosync.rundir.lock import RunDirError
+
+    for flag, given in (("--resume", args.resume), ("--seeds", args.seeds)):
+        if given is not None:
+            print(f"error: {flag} cannot be combined with a population config (population.seeds lists the "
+                  f"seeds; a population is not resumed yet)", file=sys.stderr)
+            return 2
+    try:
+        report = train_population(settings, overwrite=args.overwrite)
+    except RunDirError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except TrainingHalted as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_HALTED
+    signum = report.get("interrupted_by")
+    return 128 + signum if signum else 0
+
+
 def _command(args) -> int:
     if args.command == "train":
         from rl_zerosync.rundir.checkpoints import CheckpointError
@@ -316,6 +339,8 @@ def _command(args) -> int:
             return 0
         from rl_zerosync.learner.training_guard import TrainingHalted
 
+        if settings.population is not None:
+            return _train_population(settings, args)
         try:
             result = train(settings, resume=args.resume, overwrite=args.overwrite)
         except (RunDirError, CheckpointError) as err:

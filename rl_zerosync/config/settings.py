@@ -182,6 +182,9 @@ class Settings:
     """The zero-sync learner's settings; ``typed`` is what the learner builds from the RLlib config
     (its DQN fields come from ``algo``, its seed defaults to ``run.seed``), built and checked once, at
     load: a learner in this process gets this object back from ``LearnerSettings.from_config``."""
+    population: dict | None = None
+    """The file's ``population:`` section as written (None: a single run); parsed and checked by
+    :func:`rl_zerosync.population.space.parse_population`, which turns it into members."""
     source: str = "<defaults>"
     """The file these settings came from (for error messages)."""
 
@@ -201,11 +204,15 @@ class Settings:
         d.update({name: copy.deepcopy(dict(getattr(self, name).given)) for name in _COMPONENT_SECTIONS})
         # recorded always: a settings.yaml without it is read as an earlier version's same-bar run
         d["env"].setdefault("execution_lag", self.env.typed.execution_lag)
+        if self.population is not None:
+            d["population"] = copy.deepcopy(self.population)
         return d
 
 
 _TYPED_SECTIONS = {"run": RunSettings, "algo": AlgoSettings, "model": ModelSettings}
 _COMPONENT_SECTIONS = ("data", "env", "runner", "learner")
+POPULATION_SECTION = "population"
+"""The optional section that turns a run into a population (kept as written, see ``Settings.population``)."""
 
 def _rllib_names(values: dict, where: str) -> dict:
     """``algo`` values with RLlib's names mapped to the project's (an error when both are given, or
@@ -300,8 +307,9 @@ def from_dict(raw: dict, source: str = "<dict>") -> Settings:
     """Build and validate :class:`Settings` from a plain dict (every check runs here)."""
     if not isinstance(raw, dict):
         raise SettingsError(f"{source}: expected a mapping at the top level, got {type(raw).__name__}")
-    allowed = list(_TYPED_SECTIONS) + list(_COMPONENT_SECTIONS)
+    allowed = list(_TYPED_SECTIONS) + list(_COMPONENT_SECTIONS) + [POPULATION_SECTION]
     sections: dict[str, dict] = {}
+    population = raw.get(POPULATION_SECTION)
     for key, value in raw.items():
         if key not in allowed:
             raise SettingsError(f"{source}: {key}: unknown section; allowed: {', '.join(allowed)}")
@@ -318,7 +326,7 @@ def from_dict(raw: dict, source: str = "<dict>") -> Settings:
     episode_len = components["env"].typed.episode_len
     check(source, "env.episode_len", episode_len >= MIN_EPISODE_LEN,
           f"expected an int >= {MIN_EPISODE_LEN} (a one-step episode has no return series to score), got {episode_len}")
-    return Settings(**typed, **components, source=source)
+    return Settings(**typed, **components, population=copy.deepcopy(population), source=source)
 
 
 def _validate_replay(a: AlgoSettings, capacity: int, src: str) -> None:

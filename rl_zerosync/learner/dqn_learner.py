@@ -182,6 +182,13 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
         flat moments (stepped by :class:`~rl_zerosync.learner.flat_adam.FlatAdam`, never by ``step()``)."""
         return self._optimizer
 
+    def set_lr(self, lr: float) -> None:
+        """A new Adam learning rate from the next update on (population based training); the update's
+        CUDA graph, captured with the old one, is captured again after its warm-up."""
+        self._flat.set_lr(lr)
+        if self._graphed is not None:
+            self._graphed.reset()
+
     @property
     def flat_adam(self) -> FlatAdam:
         """The flat parameters, gradients and moments and their ``adam_step`` launch."""

@@ -107,12 +107,30 @@ class FlatAdam:
             self._pads.append(zeros(end - sl.stop) if end > sl.stop else None)
         self._bind_params()
         self._install_state()
+        self._bind_args = (found_inf, loss_scale, grad_norm, grad_clip)
+        self._bind_step()
+
+    def _bind_step(self) -> None:
+        """Bind ``adam_step`` with the param group's hyperparameters (lr, betas, eps, weight decay)."""
+        found_inf, loss_scale, grad_norm, grad_clip = self._bind_args
+        group = self.optimizer.param_groups[0]
         betas = group["betas"]
-        self._step = kernels.bind_adam_step(
+        self._step = self._kernels.bind_adam_step(
             self.flat_params, self.flat_grads, self.exp_avg, self.exp_avg_sq, self.step_count, found_inf,
             loss_scale, grad_norm, self._blocks_done, lr=float(group["lr"]), beta1=float(betas[0]),
-            beta2=float(betas[1]), eps=float(group["eps"]), weight_decay=wd, grad_clip=grad_clip,
+            beta2=float(betas[1]), eps=float(group["eps"]), weight_decay=float(group["weight_decay"]),
+            grad_clip=grad_clip,
         )
+
+    def set_lr(self, lr: float) -> None:
+        """A new learning rate for the next steps (population based training): the param group's
+        ``lr`` and the kernel's binding; a CUDA graph captured with the old one must be re-captured
+        by its owner (the learner's :meth:`set_lr` does)."""
+        lr = float(lr)
+        if not (lr > 0.0 and lr < float("inf")):
+            raise ValueError(f"FlatAdam.set_lr: expected a finite lr > 0, got {lr!r}")
+        self.optimizer.param_groups[0]["lr"] = lr
+        self._bind_step()
 
     def _bind_params(self) -> None:
         """Copy every parameter into its flat slot and make it a view of that slot."""

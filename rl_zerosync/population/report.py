@@ -1,0 +1,158 @@
+"""``population.json``: per member, per hyperparameter point, the selected member, the leaderboard.
+
+Selection reads validation only: the selected member is the one with the highest best-validation
+metric (``run.eval_metric``; NaN or a member that never validated is never selected; ties go to the
+lower member index). Test numbers come from each member's end-of-run evaluation (its
+``evaluation/metrics.json``, read once, for this report). The selected member's evidence counts
+every member's validated checkpoints as trials (the whole population was searched), so its deflated
+Sharpe is deflated by the population's size, not by one run's.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+from rl_zerosync.population.space import PopulationSettings
+
+POPULATION_FILE = "population.json"
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(float(x))
+
+
+def member_row(member, selection, run_dir: Path, lineage: Sequence[dict]) -> dict[str, Any]:
+    """One member: seed, point, hyperparameters, best validation, test numbers when evaluated."""
+    from rl_zerosync.run.seeds import seed_record
+
+    row: dict[str, Any] = {
+        "member": member.index, "seed": member.seed, "point": member.point,
+        "hyperparameters": dict(member.overrides), "dir": run_dir.name,
+        "best_iteration": selection.best_iteration,
+        f"best_validation_{selection.metric}": selection.best_value,
+        "lineage": list(lineage),
+    }
+    if (run_dir / "evaluation" / "metrics.json").is_file():
+        rec = seed_record(run_dir)
+        row["test"] = {k: rec[k] for k in ("test_sharpe", "test_sharpe_ci95", "test_total_return",
+                                           "test_max_drawdown", "best_rule", "best_rule_test_sharpe",
+                                           "agent_minus_best_rule", "agent_minus_best_rule_ci95",
+                                           "checkpoint_iteration")}
+    return row
+
+
+def leaderboard(rows: Sequence[dict], metric: str) -> list[int]:
+    """Member indices by best validation ``metric``, best first (unvalidated / NaN last)."""
+    key = f"best_validation_{metric}"
+    return sorted((r["member"] for r in rows),
+                  key=lambda k: (not _finite(rows[k][key]), -(rows[k][key] if _finite(rows[k][key]) else 0.0), k))
+
+
+def select(rows: Sequence[dict], metric: str) -> int | None:
+    """The member selected on validation (see the module docstring), or None when none validated."""
+    order = leaderboard(rows, metric)
+    return order[0] if order and _finite(rows[order[0]][f"best_validation_{metric}"]) else None
+
+
+def _population_evidence(parent: Path, selected: int, members: int) -> dict[str, Any] | None:
+    """The selected member's test evidence with every member's validated checkpoints as trials."""
+    from rl_zerosync.evaluation.evidence import pooled_evidence, read_returns
+    from rl_zerosync.population.members import member_dir
+
+    try:
+        every = [read_returns(member_dir(parent, k) / "evaluation") for k in range(members)]
+    except FileNotFoundError:
+        return None
+    mine = every[selected]
+    n_rules = mine["rule_variants"]
+    ckpts = sum(r["checkpoints"] for r in every)
+    sharpes = list(mine["trial_sharpes"][:n_rules]) + [s for r in every for s in r["trial_sharpes"][n_rules:]]
+    trials = {"n": n_rules + ckpts, "rule_variants": n_rules, "checkpoints": ckpts, "sharpes": sharpes,
+              "counted": f"{n_rules} rule variants searched on validation + {ckpts} checkpoints compared on "
+                         f"validation over {members} member(s)"}
+    return pooled_evidence(mine["agent"], mine["best_rule"], mine["buy_and_hold"], mine["periods_per_year"],
+                           trials, resample_series=False)
+
+
+def _points(pop: PopulationSettings, rows: Sequence[dict], parent: Path) -> list[dict[str, Any]]:
+    """Per hyperparameter point: its members and, when evaluated, the mean and spread over seeds."""
+    from rl_zerosync.evaluation.evidence import read_returns
+    from rl_zerosync.population.members import member_dir
+    from rl_zerosync.run.seeds import seed_record, summarize
+
+    out = []
+    for i, point in enumerate(pop.points):
+        mine = [r for r in rows if r["point"] == i]
+        entry: dict[str, Any] = {"point": i, "hyperparameters": dict(point), "members": [r["member"] for r in mine]}
+        if all("test" in r for r in mine):
+            per_seed = {r["seed"]: seed_record(member_dir(parent, r["member"])) for r in mine}
+            try:
+                returns = [read_returns(member_dir(parent, r["member"]) / "evaluation") for r in mine]
+            except FileNotFoundError:
+                returns = None
+            entry["over_seeds"] = summarize(per_seed, returns)
+        out.append(entry)
+    return out
+
+
+def population_report(pop: PopulationSettings, metric: str, rows: Sequence[dict], parent: Path, *,
+                      partial: bool = False, interrupted_by: int | None = None) -> dict[str, Any]:
+    """The whole ``population.json`` (see the module docstring)."""
+    chosen = select(rows, metric)
+    report: dict[str, Any] = {
+        "members": len(rows), "seeds": list(pop.seeds), "points": len(pop.points),
+        "selection": {"by": f"best_validation_{metric}", "reads": "validation only", "member": chosen},
+        "leaderboard": leaderboard(rows, metric), "per_member": list(rows), "per_point": _points(pop, rows, parent),
+        "partial": bool(partial),
+    }
+    if interrupted_by is not None:
+        report["interrupted_by"] = int(interrupted_by)
+    if chosen is not None and "test" in rows[chosen]:
+        ev = _population_evidence(parent, chosen, len(rows))
+        sel = report["selection"]
+        sel["test"] = rows[chosen]["test"]
+        if ev is not None:
+            sel["evidence"] = ev
+            sel["deflated_sharpe"] = ev["deflated_sharpe"]["value"]
+            sel["trials"] = ev["trials"]["n"]
+    return report
+
+
+def leaderboard_lines(report: dict, metric: str, top: int = 10) -> list[str]:
+    """The leaderboard as printed at the end: member, hyperparameters, best iteration, validation, test."""
+    rows = report["per_member"]
+    lines = [f"leaderboard (by validation {metric}; test read once, for this report):"]
+    for rank, k in enumerate(report["leaderboard"][:top], 1):
+        r = rows[k]
+        val = r[f"best_validation_{metric}"]
+        test = r.get("test", {}).get("test_sharpe")
+        hp = ", ".join(f"{key}={value}" for key, value in r["hyperparameters"].items()) or "-"
+        lines.append(f"  {rank:>2}. member{k} seed {r['seed']} | {hp} | best it {r['best_iteration']} | "
+                     f"val {val:+.3f}" if _finite(val) else f"  {rank:>2}. member{k} seed {r['seed']} | {hp} | "
+                     f"never validated")
+        if test is not None and _finite(val):
+            lines[-1] += f" | test sharpe {test:+.3f}"
+    sel = report["selection"]
+    if sel["member"] is not None:
+        line = f"selected: member{sel['member']} (validation only)"
+        if "deflated_sharpe" in sel:
+            line += f"; test DSR {sel['deflated_sharpe']:.2f} over {sel['trials']} trials"
+        lines.append(line)
+    return lines
+
+
+def write_report(parent: Path, report: dict) -> Path:
+    """``population.json`` written atomically."""
+    from rl_zerosync.run.children import write_json_atomic
+
+    return write_json_atomic(Path(parent) / POPULATION_FILE, report)
+
+
+def read_report(parent: Path) -> dict:
+    """A population directory's ``population.json`` (FileNotFoundError naming it otherwise)."""
+    path = Path(parent) / POPULATION_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: not a population directory (no {POPULATION_FILE})")
+    return json.loads(path.read_text())
