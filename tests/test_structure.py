@@ -202,8 +202,8 @@ def test_no_import_cycles_counting_lazy_imports():
 TOP_LEVEL_MODULES = frozenset({"__init__", "__main__", "actions", "algorithm", "cli", "module", "presets"})
 """The only modules at the top of the package: the action layout, the DQN presets, the CLI and the
 classes RLlib pickles into checkpoints by their module path (``algorithm``, ``module``)."""
-ROOMS = frozenset({"config", "data", "env_runner", "envs", "evaluation", "kernels", "learner", "run", "rundir",
-                   "serving"})
+ROOMS = frozenset({"config", "data", "env_runner", "envs", "evaluation", "kernels", "learner", "population", "run",
+                   "rundir", "serving"})
 """The folders of the package, one role each (``docs/ARCHITECTURE.md`` opens with the map)."""
 
 
