@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-from pathlib import Path
-
 from rl_zerosync.config.settings import Settings, to_rllib_config
 from rl_zerosync.population.members import all_member_settings, member_dir
 from rl_zerosync.population.memory import check_fits
@@ -46,6 +44,57 @@ def _rows(pop: PopulationSettings, loops: list[TrainLoop], lineage: dict[int, li
             for m, loop in zip(pop.members, loops)]
 
 
+class Population:
+    """The members' loops stepped in lockstep (see the module docstring); ``train_population`` drives it,
+    tests step it. Built inside ``stack`` (every member's run directory, algorithm and log closed by it)."""
+
+    def __init__(self, settings: Settings, pop: PopulationSettings, members: list[Settings],
+                 stack: contextlib.ExitStack) -> None:
+        from rl_zerosync.population.pbt import Pbt
+
+        self.settings, self.pop, self.parent = settings, pop, settings.run_dir
+        self.metric = settings.run.eval_metric
+        self.loops = _build(members, pop, stack)
+        self.pbt = Pbt(pop, self.metric) if pop.pbt_every else None
+        self.passes = 0
+        self._t0 = time.perf_counter()
+
+    @property
+    def done(self) -> bool:
+        return all(loop.done for loop in self.loops)
+
+    @property
+    def lineage(self) -> dict[int, list]:
+        return self.pbt.lineage if self.pbt is not None else {}
+
+    def step(self) -> list[str]:
+        """One iteration of every member still training, then (after a validation pass) the summary
+        line and PBT when due; returns the lines printed."""
+        stepped = [loop for loop in self.loops if not loop.done]
+        for loop in stepped:
+            loop.step()
+        lines = []
+        if any("eval" in loop.result for loop in stepped):
+            self.passes += 1
+            it = max(loop.algo.iteration for loop in stepped)
+            lines.append(_pass_line(it, self.settings.run.iterations, self.loops, self.metric, self._t0))
+            if self.pbt is not None and self.passes % self.pop.pbt_every == 0:
+                lines += self.pbt.exploit_explore(self.loops, self.passes, it)
+        for line in lines:
+            print(line, flush=True)
+        return lines
+
+    def save(self) -> None:
+        """Every member's final checkpoint."""
+        for loop in self.loops:
+            loop.save()
+
+    def report(self, **kwargs) -> dict:
+        """``population.json``'s content from the members as they are now (written by the caller)."""
+        rows = _rows(self.pop, self.loops, self.lineage)
+        return population_report(self.pop, self.metric, rows, self.parent, **kwargs)
+
+
 def train_population(settings: Settings, overwrite: bool = False) -> dict:
     """Train the population of ``settings`` (see the module docstring); returns ``population.json``'s
     content (plus ``interrupted_by`` when a signal stopped it after the checkpoints were written)."""
@@ -58,8 +107,7 @@ def train_population(settings: Settings, overwrite: bool = False) -> dict:
         init_ray(settings)
         print(describe(pop), flush=True)
         with contextlib.ExitStack() as stack:
-            loops = _build(members, pop, stack)
-            return _run(settings, pop, loops, parent)
+            return _run(Population(settings, pop, members, stack))
 
 
 def _build(members: list[Settings], pop: PopulationSettings, stack: contextlib.ExitStack) -> list[TrainLoop]:
@@ -80,41 +128,22 @@ def _build(members: list[Settings], pop: PopulationSettings, stack: contextlib.E
     return loops
 
 
-def _run(settings: Settings, pop: PopulationSettings, loops: list[TrainLoop], parent: Path) -> dict:
-    from rl_zerosync.population.pbt import Pbt
-
-    metric = settings.run.eval_metric
-    total = settings.run.iterations
-    pbt = Pbt(pop, metric) if pop.pbt_every else None
-    t0 = time.perf_counter()
-    passes = 0
+def _run(population: Population) -> dict:
+    parent, metric = population.parent, population.metric
     with _Interrupt() as interrupt:
-        while not all(loop.done for loop in loops) and not interrupt.requested:
-            stepped = [loop for loop in loops if not loop.done]
-            for loop in stepped:
-                loop.step()
-            it = max(loop.algo.iteration for loop in stepped)
-            if any("eval" in loop.result for loop in stepped):
-                passes += 1
-                print(_pass_line(it, total, loops, metric, t0), flush=True)
-                if pbt is not None and passes % pop.pbt_every == 0:
-                    for line in pbt.exploit_explore(loops, passes, it):
-                        print(line, flush=True)
-        for loop in loops:  # inside the handler: a second signal waits for the checkpoints
-            loop.save()
-    lineage = pbt.lineage if pbt is not None else {}
+        while not population.done and not interrupt.requested:
+            population.step()
+        population.save()  # inside the handler: a second signal waits for the checkpoints
     if interrupt.requested:
-        report = population_report(pop, metric, _rows(pop, loops, lineage), parent, partial=True,
-                                   interrupted_by=interrupt.signum)
+        report = population.report(partial=True, interrupted_by=interrupt.signum)
         path = write_report(parent, report)
-        print(f"population: interrupted at iteration {max(lp.algo.iteration for lp in loops)}; checkpoints "
-              f"kept; {path} marked partial", flush=True)
+        print(f"population: interrupted at iteration {max(lp.algo.iteration for lp in population.loops)}; "
+              f"checkpoints kept; {path} marked partial", flush=True)
         return report
-    if settings.run.evaluate:
-        for k, loop in enumerate(loops):
-            report = loop.evaluate()
-            print(f"member{k}: {report['summary_line']}", flush=True)
-    report = population_report(pop, metric, _rows(pop, loops, lineage), parent)
+    if population.settings.run.evaluate:
+        for k, loop in enumerate(population.loops):
+            print(f"member{k}: {loop.evaluate()['summary_line']}", flush=True)
+    report = population.report()
     path = write_report(parent, report)
     for line in leaderboard_lines(report, metric):
         print(line, flush=True)

@@ -1,0 +1,223 @@
+"""A population on the CPU: member k is bit-identical to the single run with its seed and
+hyperparameters; a NaN in one member's data skips that member alone; selection reads validation only;
+PBT copies weights and Adam state from top to bottom; outputs and named errors."""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from rl_zerosync.config.settings import SettingsError, from_dict
+from tiny_run import tiny_raw
+
+ITERATIONS = 20
+SPACE = {"seeds": [0, 1], "search": {"algo.lr": {"grid_search": [1e-3, 3e-4]},
+                                     "algo.gamma": {"grid_search": [0.99]}}}
+
+
+def _raw(tmp_path: Path, iterations: int = ITERATIONS, population: dict | None = SPACE, **run) -> dict:
+    raw = tiny_raw({"name": "pop", "dir": str(tmp_path), "iterations": iterations, "checkpoint_every": 0,
+                    "eval_every": 5, "evaluate": False, **run})
+    if population is not None:
+        raw["population"] = population
+    return raw
+
+
+def _arrays(ckpt: Path) -> dict[str, np.ndarray]:
+    """Every array of a checkpoint's module weights and Adam state, by path."""
+    out: dict[str, np.ndarray] = {}
+
+    def walk(node, path):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, f"{path}/{k}")
+        elif isinstance(node, np.ndarray):
+            out[path] = node
+        elif isinstance(node, torch.Tensor):
+            out[path] = node.detach().cpu().numpy()
+
+    module = ckpt / "learner_group" / "learner" / "rl_module" / "default_policy"
+    for f in sorted(module.rglob("*.pkl")):
+        with open(f, "rb") as fh:
+            walk(pickle.load(fh), f"module/{f.name}")
+    with open(ckpt / "learner_group" / "learner" / "state.pkl", "rb") as fh:
+        walk(pickle.load(fh)["optimizer"], "optimizer")
+    assert out, f"no arrays in {ckpt}"
+    return out
+
+
+def _rows(run_dir: Path) -> list[dict]:
+    """metrics.jsonl without the wall-clock numbers (everything else must match bit for bit)."""
+    def keep(key: str) -> bool:
+        return not (key.startswith(("phase_s/", "timers/", "perf/", "time")) or key.endswith(("_s", "_timer"))
+                    or "throughput" in key or key == "env_runners/sample")
+
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    return [{k: v for k, v in r.items() if keep(k)} for r in rows]
+
+
+def _same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        assert np.array_equal(a[k], b[k]), k
+
+
+def _population(raw: dict):
+    from rl_zerosync.population.members import all_member_settings
+    from rl_zerosync.population.space import parse_population
+    from rl_zerosync.population.train import Population
+    from rl_zerosync.rundir.run_dir import RunDir
+    from rl_zerosync.run.train import init_ray
+
+    settings = from_dict(raw, "pop.yaml")
+    pop = parse_population(settings.population, settings.source)
+    stack = contextlib.ExitStack()
+    try:
+        stack.enter_context(RunDir.claim(settings.run_dir))
+        init_ray(settings)
+        return Population(settings, pop, all_member_settings(settings, pop), stack), stack
+    except BaseException:
+        stack.close()
+        raise
+
+
+def _run_population(raw: dict, inject=None) -> Path:
+    population, stack = _population(raw)
+    with stack:
+        while not population.done:
+            population.step()
+            if inject is not None:
+                inject(population)
+        population.save()
+    return Path(raw["run"]["dir"]) / "pop"
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory) -> Path:
+    return _run_population(_raw(tmp_path_factory.mktemp("clean")))
+
+
+def test_every_member_is_bit_identical_to_its_single_run(clean, tmp_path):
+    from rl_zerosync.run.train import train
+
+    members = [(0, 0, 1e-3), (1, 1, 1e-3), (2, 0, 3e-4), (3, 1, 3e-4)]  # index = point * seeds + seed
+    for k, seed, lr in members:
+        raw = _raw(tmp_path, population=None, seed=seed, name=f"single{k}")
+        raw["algo"]["lr"], raw["algo"]["gamma"] = lr, 0.99
+        train(from_dict(raw, "single.yaml"))
+        single, member = tmp_path / f"single{k}", clean / f"member{k}"
+        _same(_arrays(single / "checkpoint"), _arrays(member / "checkpoint"))
+        assert _rows(single) == _rows(member), f"member{k}"
+        assert len(_rows(member)) == ITERATIONS
+    # the members differ from each other (a test of equality between identical agents proves nothing)
+    assert not np.array_equal(*[_arrays(clean / f"member{k}" / "checkpoint")["optimizer/default_policy_"
+                                "default_optimizer/state/state/0/exp_avg"] for k in (0, 1)])
+
+
+def test_the_same_population_twice_is_bit_identical(clean, tmp_path):
+    again = _run_population(_raw(tmp_path))
+    for k in range(4):
+        _same(_arrays(clean / f"member{k}" / "checkpoint"), _arrays(again / f"member{k}" / "checkpoint"))
+        assert _rows(clean / f"member{k}") == _rows(again / f"member{k}")
+
+
+def _learner(loop):
+    return loop.algo.learner_group._learner
+
+
+def test_a_nan_in_one_members_data_skips_that_member_alone(clean, tmp_path):
+    frozen = {}
+
+    def poison(population):
+        loop = population.loops[1]
+        if loop.algo.iteration == 12 and not frozen:
+            learner = _learner(loop)
+            learner.replay.storage["rewards"].fill_(float("nan"))  # every later batch of member 1 is NaN
+            flat = learner.flat_adam
+            frozen.update(params=flat.flat_params.clone(), m=flat.exp_avg.clone(), v=flat.exp_avg_sq.clone(),
+                          step=flat.step_count.clone())
+        elif frozen and loop.algo.iteration > 12:
+            flat = _learner(loop).flat_adam
+            assert torch.equal(flat.flat_params, frozen["params"]) and torch.equal(flat.exp_avg, frozen["m"])
+            assert torch.equal(flat.exp_avg_sq, frozen["v"]) and torch.equal(flat.step_count, frozen["step"])
+
+    poisoned = _run_population(_raw(tmp_path), inject=poison)
+    assert frozen, "the NaN was never injected"
+    skipped = [r.get("learners/default_policy/zerosync/skipped", 0) for r in _rows(poisoned / "member1")]
+    assert all(s > 0 for s in skipped[12:]) and not any(skipped[:12]), skipped  # every update after the NaN
+    for k in (0, 2, 3):  # the others as in a population without the NaN
+        _same(_arrays(clean / f"member{k}" / "checkpoint"), _arrays(poisoned / f"member{k}" / "checkpoint"))
+        assert _rows(clean / f"member{k}") == _rows(poisoned / f"member{k}")
+
+
+def test_a_destructive_learning_rate_is_never_selected(tmp_path):
+    from rl_zerosync.population.report import read_report
+    from rl_zerosync.population.train import train_population
+
+    space = {"seeds": [0], "search": {"algo.lr": {"grid_search": [1e-3, 5.0, 3e-4]}}}
+    settings = from_dict(_raw(tmp_path, iterations=10, population=space), "pop.yaml")
+    report = train_population(settings)
+    assert report == read_report(tmp_path / "pop")
+    rows = report["per_member"]
+    assert rows[1]["hyperparameters"] == {"algo.lr": 5.0}
+    assert report["selection"]["member"] in (0, 2) and report["leaderboard"][-1] == 1, report["leaderboard"]
+    assert report["selection"]["reads"] == "validation only"
+    best = max(rows, key=lambda r: r["best_validation_sharpe"])
+    assert best["member"] == report["selection"]["member"]
+
+
+def test_pbt_copies_weights_and_adam_state_from_top_to_bottom(tmp_path):
+    from rl_zerosync.population.pbt import PERTURB
+
+    space = {"seeds": [0, 1, 2, 3], "pbt_every": 1, "pbt_quantile": 0.25}
+    population, stack = _population(_raw(tmp_path, iterations=5, population=space))
+    with stack:
+        for _ in range(4):
+            population.step()
+        loops = population.loops
+        for k, loop in enumerate(loops):  # known values: member k's buffers hold k + 1 (Adam step 10k)
+            flat = _learner(loop).flat_adam
+            for buf in (flat.flat_params, flat.exp_avg, flat.exp_avg_sq):
+                buf.fill_(float(k + 1))
+            flat.step_count.fill_(10.0 * k)
+            loop.result["eval"] = {"validation_sharpe": [0.5, 2.0, -1.0, 1.0][k]}  # top: 1, bottom: 2
+        lr_top = float(_learner(loops[1]).optimizer.param_groups[0]["lr"])
+        lines = population.pbt.exploit_explore(loops, passes=1, iteration=4)
+        dst = _learner(loops[2]).flat_adam
+        assert torch.all(dst.flat_params == 2.0) and torch.all(dst.exp_avg == 2.0) and torch.all(dst.exp_avg_sq == 2.0)
+        assert float(dst.step_count) == 10.0
+        lr = float(_learner(loops[2]).optimizer.param_groups[0]["lr"])
+        assert any(math.isclose(lr, lr_top * f) for f in PERTURB), lr
+        for k in (0, 1, 3):  # the others untouched
+            assert torch.all(_learner(loops[k]).flat_adam.flat_params == float(k + 1))
+        assert population.lineage == {2: [{"pass": 1, "iteration": 4, "copied_from": 1, "validation": -1.0,
+                                           "source_validation": 2.0, "lr_before": pytest.approx(1e-3),
+                                           "lr_after": pytest.approx(lr)}]}
+        assert lines and "member2" in lines[0] and "member1" in lines[0]
+        population.step()  # the copied member trains on with its new lr (the kernel was rebound)
+        assert torch.isfinite(dst.flat_params).all()
+
+
+def test_population_errors_are_named(tmp_path, monkeypatch):
+    from rl_zerosync.population import memory
+    from rl_zerosync.population.members import all_member_settings
+    from rl_zerosync.population.space import parse_population
+
+    raw = _raw(tmp_path, population={"seeds": [0, 1], "search": {"model.hidden": {"choice": [[8], [16]]}}})
+    with pytest.raises(SettingsError, match="model.hidden"):
+        parse_population(from_dict(raw, "pop.yaml").population, "pop.yaml")
+    raw = _raw(tmp_path)
+    raw["runner"]["seed"] = 3
+    settings = from_dict(raw, "pop.yaml")
+    with pytest.raises(SettingsError, match="runner.seed"):
+        all_member_settings(settings, parse_population(settings.population, settings.source))
+    monkeypatch.setattr(memory, "free_bytes", lambda device: 10 * 2**20)  # 10 MiB free
+    space = {"seeds": list(range(64))}
+    with pytest.raises(SettingsError, match=r"64 members .* at most \d+ member\(s\) fit"):
+        _population(_raw(tmp_path, population=space, name="big"))
