@@ -58,6 +58,8 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--checkpoint", default=None, metavar="DIR", help="run or checkpoint directory")
     e.add_argument("--which", choices=("best", "last"), default="best",
                    help="for a run directory: the best-validation checkpoint (default) or the last")
+    e.add_argument("--member", type=int, default=None, metavar="K",
+                   help="a population directory's member K (default: for a population directory, the member selected on validation)")
     e.add_argument("--data", default=None, metavar="FILE",
                    help="CSV/Parquet OHLCV file to evaluate on (default: the run's validation and test "
                         "segments); read with the run's column mapping unless --set data.columns... says otherwise")
@@ -87,6 +89,8 @@ def _parser() -> argparse.ArgumentParser:
     x.add_argument("--checkpoint", required=True, metavar="DIR", help="run or checkpoint directory")
     x.add_argument("--which", choices=("best", "last"), default="best",
                    help="for a run directory: the best-validation checkpoint (default) or the last")
+    x.add_argument("--member", type=int, default=None, metavar="K",
+                   help="a population directory's member K (default: for a population directory, the member selected on validation)")
     x.add_argument("--format", choices=("torchscript", "onnx"), default="torchscript",
                    help="torchscript (default) or onnx (needs the onnx and onnxscript packages)")
     x.add_argument("--out", default=None, metavar="FILE",
@@ -358,15 +362,19 @@ def _command(args) -> int:
             print("error: evaluate needs --checkpoint DIR (or --walk-forward K --config FILE)", file=sys.stderr)
             return 2
         from rl_zerosync.evaluation.evaluate import evaluate_checkpoint
+        from rl_zerosync.population.report import member_checkpoint
 
+        args.checkpoint = member_checkpoint(args.checkpoint, args.member)
         # A --set key outside data.* is a SettingsError (one line, exit 2) before anything loads.
         report = evaluate_checkpoint(args.checkpoint, data=args.data, out_dir=args.out, which=args.which,
                                      overrides=args.set)
         print(report["summary_line"])
         return 0
     if args.command == "export":
+        from rl_zerosync.population.report import member_checkpoint
         from rl_zerosync.serving.export import export_policy
 
+        args.checkpoint = member_checkpoint(args.checkpoint, args.member)
         try:
             res = export_policy(args.checkpoint, fmt=args.format, out=args.out, which=args.which)
         except ImportError as err:  # a missing optional package (onnx): one line

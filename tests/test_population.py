@@ -221,3 +221,78 @@ def test_population_errors_are_named(tmp_path, monkeypatch):
     space = {"seeds": list(range(64))}
     with pytest.raises(SettingsError, match=r"64 members .* at most \d+ member\(s\) fit"):
         _population(_raw(tmp_path, population=space, name="big"))
+
+
+@pytest.fixture(scope="module")
+def evaluated(tmp_path_factory) -> tuple[Path, dict, str]:
+    """A 3-member population trained, evaluated and with its top-2 ensemble, through the CLI."""
+    import yaml
+
+    from rl_zerosync.cli import main
+
+    root = tmp_path_factory.mktemp("evaluated")
+    raw = _raw(root, iterations=6, population={"seeds": [0, 1, 2], "ensemble_top_k": 2}, evaluate=True,
+               eval_every=3)
+    (root / "pop.yaml").write_text(yaml.safe_dump(raw))
+    import io
+    from contextlib import redirect_stdout
+
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["train", "--config", str(root / "pop.yaml")]) == 0
+    return root / "pop", json.loads((root / "pop" / "population.json").read_text()), out.getvalue()
+
+
+def test_population_json_selects_on_validation_and_counts_every_member_as_trials(evaluated):
+    parent, report, printed = evaluated
+    rows = report["per_member"]
+    assert report["members"] == 3 and [r["seed"] for r in rows] == [0, 1, 2]
+    chosen = report["selection"]["member"]
+    assert chosen == max(range(3), key=lambda k: rows[k]["best_validation_sharpe"])
+    sel = report["selection"]
+    assert sel["test"]["test_sharpe"] == rows[chosen]["test"]["test_sharpe"]
+    lo, hi = sel["test"]["test_sharpe_ci95"]
+    assert lo < sel["test"]["test_sharpe"] < hi
+    # trials: the rule variants once + every member's validated checkpoints + the ensemble
+    one = json.loads((parent / f"member{chosen}" / "evaluation" / "metrics.json").read_text())["summary"]["trials"]
+    assert sel["trials"] > one and 0.0 <= sel["deflated_sharpe"] <= 1.0
+    over = report["per_point"][0]["over_seeds"]
+    assert over["seeds"] == 3 and "test_sharpe_seed_range" in over and "test_sharpe_ci95" in over
+    ens = report["ensemble"]
+    assert ens["members"] == report["leaderboard"][:2] and ens["chosen_on"] == "validation"
+    assert (parent / "ensemble_top2" / "evaluation" / "metrics.json").is_file()
+    assert "leaderboard (by validation sharpe" in printed and f"selected: member{chosen}" in printed
+    assert "ensemble of the top 2" in printed
+
+
+def test_evaluate_and_export_take_a_member_or_the_selected_one(evaluated, tmp_path, capsys):
+    from rl_zerosync.cli import main
+
+    parent, report, _ = evaluated
+    assert main(["evaluate", "--checkpoint", str(parent), "--member", "3"]) == 2
+    assert "--member: 3 is out of range" in capsys.readouterr().err
+    assert main(["export", "--checkpoint", str(parent), "--out", str(tmp_path / "p.pt")]) == 0
+    out = capsys.readouterr().out
+    chosen = report["selection"]["member"]
+    assert f"member{chosen}, selected on validation" in out and f"member{chosen}" in out.splitlines()[-1]
+    assert main(["export", "--checkpoint", str(tmp_path), "--member", "0"]) == 2
+    assert "not a population directory" in capsys.readouterr().err
+
+
+def test_ensemble_policy_acts_on_the_mean_q():
+    from rl_zerosync.evaluation.evaluate import ensemble_policy, greedy_policy
+
+    class Q:
+        def __init__(self, q):
+            self.q = torch.tensor(q)
+
+        def q_values(self, obs):
+            return self.q.expand(obs.shape[0], -1)
+
+        def greedy_actions(self, q):
+            return q.argmax(dim=-1)
+
+    a, b = Q([1.0, 0.0, 0.9]), Q([0.0, 1.0, 0.9])
+    obs = torch.zeros(4, 3)
+    assert torch.equal(ensemble_policy([a, a])(obs), greedy_policy(a)(obs))
+    assert ensemble_policy([a, b])(obs).tolist() == [2, 2, 2, 2]  # mean 0.5, 0.5, 0.9

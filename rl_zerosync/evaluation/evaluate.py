@@ -55,7 +55,7 @@ import importlib.util
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -82,6 +82,18 @@ def greedy_policy(module):
     def policy(obs: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
             return module.greedy_actions(module.q_values(obs))
+
+    return policy
+
+
+def ensemble_policy(modules):
+    """obs -> greedy action of the mean Q values of ``modules`` (same spaces; the first one's greedy rule)."""
+    first = modules[0]
+
+    def policy(obs: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            q = torch.stack([m.q_values(obs) for m in modules]).mean(dim=0)
+            return first.greedy_actions(q)
 
     return policy
 
@@ -256,10 +268,13 @@ class _Evaluation:
 
 def evaluate_checkpoint(checkpoint: str | Path, data: str | None = None,
                         out_dir: str | Path | None = None, which: str = "best",
-                        device: str | None = None, overrides: list[str] | None = None) -> dict[str, Any]:
+                        device: str | None = None, overrides: list[str] | None = None,
+                        ensemble: Sequence[str | Path] = ()) -> dict[str, Any]:
     """Evaluate a checkpoint (a run directory: its best-validation checkpoint, or the last with
     ``which="last"``); returns the JSON report (also written to ``out_dir`` with the per-bar series
-    and the figure; see the module doc).
+    and the figure; see the module doc). ``ensemble``: more run or checkpoint directories (same
+    spaces) whose Q values are averaged with this one's (:func:`ensemble_policy`; a population's
+    ``ensemble_top_k``).
 
     The rules' variants are chosen on the validation segment and frozen for the test segment
     (with ``data``: chosen on that file, in sample, and marked so). ``overrides``: ``--set
@@ -268,7 +283,7 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | None = None,
     from rl_zerosync.evaluation.report_plot import plot_report
     from rl_zerosync.evaluation.sensitivity import execution_line, execution_report
 
-    ev = _load(checkpoint, data, out_dir, which, device, overrides)
+    ev = _load(checkpoint, data, out_dir, which, device, overrides, ensemble)
     report = _report_head(ev)
     results = _walk_segments(ev, report["segments"])
     outputs, portfolios = write_series(results, ev.out_dir)
@@ -291,7 +306,7 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | None = None,
 
 
 def _load(checkpoint: str | Path, data: str | None, out_dir: str | Path | None, which: str,
-          device: str | None, overrides: list[str] | None) -> _Evaluation:
+          device: str | None, overrides: list[str] | None, ensemble: Sequence[str | Path] = ()) -> _Evaluation:
     """Check the overrides and the checkpoint, read its settings, load its module (on ``device``)
     and make the output directory; every bad input fails here, before any walk."""
     from rl_zerosync.rundir.checkpoints import SETTINGS_FILE, read_run_state, verified_checkpoint
@@ -311,6 +326,7 @@ def _load(checkpoint: str | Path, data: str | None, out_dir: str | Path | None, 
     check_data_keys(data_cfg)  # an unknown data key (e.g. a mistyped --set) before the module loads
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     module = load_module(ckpt).to(dev)
+    others = [load_module(verified_checkpoint(p, which)).to(dev) for p in ensemble]
     out = Path(out_dir) if out_dir else ckpt.parent / "evaluation"
     out.mkdir(parents=True, exist_ok=True)
     return _Evaluation(
@@ -318,7 +334,7 @@ def _load(checkpoint: str | Path, data: str | None, out_dir: str | Path | None, 
         data_cfg=data_cfg, segments=segments, device=dev, mode=settings["model"]["action_mode"],
         params=EnvParams.from_dict(with_recorded_lag(settings.get("env"))),
         routing=routing_thresholds(settings.get("runner")),
-        policy=greedy_policy(module), out_dir=out)
+        policy=ensemble_policy([module, *others]) if others else greedy_policy(module), out_dir=out)
 
 
 def _report_head(ev: _Evaluation) -> dict[str, Any]:

@@ -56,22 +56,24 @@ def select(rows: Sequence[dict], metric: str) -> int | None:
     return order[0] if order and _finite(rows[order[0]][f"best_validation_{metric}"]) else None
 
 
-def _population_evidence(parent: Path, selected: int, members: int) -> dict[str, Any] | None:
-    """The selected member's test evidence with every member's validated checkpoints as trials."""
+def _population_evidence(parent: Path, eval_dir: Path, members: int, extra: int = 0) -> dict[str, Any] | None:
+    """The test evidence of the evaluation in ``eval_dir`` (the selected member's, or the ensemble's)
+    with every member's validated checkpoints as trials (``extra``: more candidates compared, e.g. the
+    ensemble beside the single best)."""
     from rl_zerosync.evaluation.evidence import pooled_evidence, read_returns
     from rl_zerosync.population.members import member_dir
 
     try:
         every = [read_returns(member_dir(parent, k) / "evaluation") for k in range(members)]
+        mine = read_returns(eval_dir)
     except FileNotFoundError:
         return None
-    mine = every[selected]
     n_rules = mine["rule_variants"]
-    ckpts = sum(r["checkpoints"] for r in every)
+    ckpts = sum(r["checkpoints"] for r in every) + int(extra)
     sharpes = list(mine["trial_sharpes"][:n_rules]) + [s for r in every for s in r["trial_sharpes"][n_rules:]]
     trials = {"n": n_rules + ckpts, "rule_variants": n_rules, "checkpoints": ckpts, "sharpes": sharpes,
-              "counted": f"{n_rules} rule variants searched on validation + {ckpts} checkpoints compared on "
-                         f"validation over {members} member(s)"}
+              "counted": f"{n_rules} rule variants searched on validation + {ckpts} candidates compared on "
+                         f"validation over {members} member(s)" + (f" (+{extra} ensemble)" if extra else "")}
     return pooled_evidence(mine["agent"], mine["best_rule"], mine["buy_and_hold"], mine["periods_per_year"],
                            trials, resample_series=False)
 
@@ -98,8 +100,10 @@ def _points(pop: PopulationSettings, rows: Sequence[dict], parent: Path) -> list
 
 
 def population_report(pop: PopulationSettings, metric: str, rows: Sequence[dict], parent: Path, *,
-                      partial: bool = False, interrupted_by: int | None = None) -> dict[str, Any]:
-    """The whole ``population.json`` (see the module docstring)."""
+                      partial: bool = False, interrupted_by: int | None = None,
+                      ensemble: dict | None = None) -> dict[str, Any]:
+    """The whole ``population.json`` (see the module docstring); ``ensemble``: what
+    :func:`ensemble_entry` made of the ``ensemble_top_k`` evaluation."""
     chosen = select(rows, metric)
     report: dict[str, Any] = {
         "members": len(rows), "seeds": list(pop.seeds), "points": len(pop.points),
@@ -110,14 +114,47 @@ def population_report(pop: PopulationSettings, metric: str, rows: Sequence[dict]
     if interrupted_by is not None:
         report["interrupted_by"] = int(interrupted_by)
     if chosen is not None and "test" in rows[chosen]:
-        ev = _population_evidence(parent, chosen, len(rows))
+        from rl_zerosync.population.members import member_dir
+
+        ev = _population_evidence(parent, member_dir(parent, chosen) / "evaluation", len(rows),
+                                  extra=1 if ensemble is not None else 0)
         sel = report["selection"]
         sel["test"] = rows[chosen]["test"]
         if ev is not None:
             sel["evidence"] = ev
             sel["deflated_sharpe"] = ev["deflated_sharpe"]["value"]
             sel["trials"] = ev["trials"]["n"]
+    if ensemble is not None:
+        ev = _population_evidence(parent, parent / ensemble["dir"] / "evaluation", len(rows), extra=1)
+        if ev is not None:
+            ensemble["evidence"] = ev
+            ensemble["deflated_sharpe"] = ev["deflated_sharpe"]["value"]
+            ensemble["trials"] = ev["trials"]["n"]
+        report["ensemble"] = ensemble
     return report
+
+
+ENSEMBLE_DIR = "ensemble_top{k}"
+"""The ensemble's directory in the population directory (its ``evaluation/`` inside)."""
+
+
+def ensemble_members(rows: Sequence[dict], metric: str, k: int) -> list[int]:
+    """The ``k`` best members on validation (validated ones only), best first."""
+    key = f"best_validation_{metric}"
+    return [m for m in leaderboard(rows, metric) if _finite(rows[m][key])][:k]
+
+
+def ensemble_entry(members: Sequence[int], report: dict, directory: str) -> dict[str, Any]:
+    """``population.json``'s ``ensemble``: who, and its validation and test numbers (``report``: its
+    evaluation report)."""
+    s = report["summary"]
+    validation = report["segments"].get("validation", {}).get("metrics", {}).get("mean", {})
+    return {"k": len(members), "members": list(members), "dir": directory, "chosen_on": "validation",
+            "validation_sharpe": validation.get("sharpe"),
+            "test": {"test_sharpe": s["sharpe"], "test_sharpe_ci95": s.get("test_sharpe_ci95"),
+                     "best_rule": s["best_rule"], "best_rule_test_sharpe": s["best_rule_sharpe"],
+                     "agent_minus_best_rule": s["agent_minus_best_rule"],
+                     "agent_minus_best_rule_ci95": s.get("agent_minus_best_rule_ci95")}}
 
 
 def leaderboard_lines(report: dict, metric: str, top: int = 10) -> list[str]:
@@ -140,6 +177,13 @@ def leaderboard_lines(report: dict, metric: str, top: int = 10) -> list[str]:
         if "deflated_sharpe" in sel:
             line += f"; test DSR {sel['deflated_sharpe']:.2f} over {sel['trials']} trials"
         lines.append(line)
+    ens = report.get("ensemble")
+    if ens is not None:
+        line = (f"ensemble of the top {ens['k']} on validation (members {ens['members']}): test sharpe "
+                f"{ens['test']['test_sharpe']:+.3f}")
+        if "deflated_sharpe" in ens:
+            line += f"; DSR {ens['deflated_sharpe']:.2f} over {ens['trials']} trials"
+        lines.append(line)
     return lines
 
 
@@ -156,3 +200,27 @@ def read_report(parent: Path) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: not a population directory (no {POPULATION_FILE})")
     return json.loads(path.read_text())
+
+
+def member_checkpoint(path: str | Path, member: int | None) -> str:
+    """What ``evaluate`` / ``export --checkpoint PATH [--member K]`` reads: member K of a population
+    directory, the member it selected on validation when K is not given (said in one line), or PATH
+    itself when it is not a population directory. ``ValueError`` naming ``--member`` otherwise."""
+    from rl_zerosync.population.members import member_dir
+
+    p = Path(path)
+    is_population = (p / POPULATION_FILE).is_file()
+    if member is None and not is_population:
+        return str(path)
+    if not is_population:
+        raise ValueError(f"--member: {p} is not a population directory (no {POPULATION_FILE})")
+    report = read_report(p)
+    if member is None:
+        member = report["selection"]["member"]
+        if member is None:
+            raise ValueError(f"{p}: no member of this population validated, so none is selected; pass --member K")
+        print(f"population {p}: member{member}, selected on validation", flush=True)
+    n = int(report["members"])
+    if isinstance(member, bool) or not 0 <= int(member) < n:
+        raise ValueError(f"--member: {member} is out of range; {p} has members 0..{n - 1}")
+    return str(member_dir(p, int(member)))

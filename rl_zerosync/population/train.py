@@ -89,6 +89,23 @@ class Population:
         for loop in self.loops:
             loop.save()
 
+    def evaluate_ensemble(self) -> dict | None:
+        """The mean-Q ensemble of the ``ensemble_top_k`` best members on validation, evaluated like a
+        member (validation and test) into ``ensemble_top<k>/evaluation/``; None when none validated."""
+        from rl_zerosync.evaluation.evaluate import evaluate_checkpoint
+        from rl_zerosync.population.report import ENSEMBLE_DIR, ensemble_entry, ensemble_members
+
+        rows = _rows(self.pop, self.loops, self.lineage)
+        top = ensemble_members(rows, self.metric, self.pop.ensemble_top_k)
+        if not top:
+            return None
+        name = ENSEMBLE_DIR.format(k=self.pop.ensemble_top_k)
+        paths = [member_dir(self.parent, k) for k in top]
+        report = evaluate_checkpoint(paths[0], out_dir=self.parent / name / "evaluation",
+                                     which=self.settings.run.eval_checkpoint, ensemble=paths[1:])
+        print(f"ensemble top {len(top)} {top}: {report['summary_line']}", flush=True)
+        return ensemble_entry(top, report, name)
+
     def report(self, **kwargs) -> dict:
         """``population.json``'s content from the members as they are now (written by the caller)."""
         rows = _rows(self.pop, self.loops, self.lineage)
@@ -102,7 +119,10 @@ def train_population(settings: Settings, overwrite: bool = False) -> dict:
     members = all_member_settings(settings, pop)
     parent = settings.run_dir
     with RunDir.claim(parent, overwrite=overwrite) as prd:
-        prd.record("population.json", *(member_dir(parent, m.index).name for m in pop.members))
+        from rl_zerosync.population.report import ENSEMBLE_DIR
+
+        prd.record("population.json", *(member_dir(parent, m.index).name for m in pop.members),
+                   *([ENSEMBLE_DIR.format(k=pop.ensemble_top_k)] if pop.ensemble_top_k else []))
         prd.write_settings(settings)
         init_ray(settings)
         print(describe(pop), flush=True)
@@ -140,10 +160,13 @@ def _run(population: Population) -> dict:
         print(f"population: interrupted at iteration {max(lp.algo.iteration for lp in population.loops)}; "
               f"checkpoints kept; {path} marked partial", flush=True)
         return report
+    ensemble = None
     if population.settings.run.evaluate:
         for k, loop in enumerate(population.loops):
             print(f"member{k}: {loop.evaluate()['summary_line']}", flush=True)
-    report = population.report()
+        if population.pop.ensemble_top_k:
+            ensemble = population.evaluate_ensemble()
+    report = population.report(ensemble=ensemble)
     path = write_report(parent, report)
     for line in leaderboard_lines(report, metric):
         print(line, flush=True)
