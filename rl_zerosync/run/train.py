@@ -8,7 +8,7 @@ import sys
 from rl_zerosync.run.children import install_stop_handlers, restore_handlers
 from rl_zerosync.rundir.checkpoints import BEST_DIR
 from rl_zerosync.rundir.progress import Progress
-from rl_zerosync.rundir.run_dir import EVALUATION_DIR, RunDir
+from rl_zerosync.rundir.run_dir import EVALUATION_DIR, EVALUATION_NAMES, RunDir
 from rl_zerosync.config.settings import Settings, to_rllib_config
 
 
@@ -227,7 +227,7 @@ def _train_loop(settings: Settings, run_dir: RunDir, algo, ckpt) -> dict:
         if settings.run.evaluate:
             from rl_zerosync.evaluation.evaluate import evaluate_checkpoint
 
-            run_dir.record(EVALUATION_DIR)
+            run_dir.record(*EVALUATION_NAMES)
             report = evaluate_checkpoint(run_dir.path, out_dir=run_dir.path / EVALUATION_DIR,
                                          which=settings.run.eval_checkpoint)
             print(report["summary_line"], flush=True)
