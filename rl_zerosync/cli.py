@@ -64,7 +64,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="CSV/Parquet OHLCV file to evaluate on (default: the run's validation and test "
                         "segments); read with the run's column mapping unless --set data.columns... says otherwise")
     e.add_argument("--out", default=None, metavar="DIR",
-                   help="output directory (walk-forward: where walk_forward.json goes; default the run directory)")
+                   help="output directory, new, empty or an earlier evaluation's (replaced whole); default "
+                        "<run>/evaluation/, with --data FILE <run>/evaluation_<file stem>/ (walk-forward: where "
+                        "walk_forward.json goes; default the run directory)")
     e.add_argument("--walk-forward", type=int, default=None, metavar="K",
                    help="K rolling train/validation/test folds in time order of --config's file data: "
                         "retrain per fold, test metrics per fold and pooled -> walk_forward.json")
@@ -368,6 +370,8 @@ def _command(args) -> int:
         # A --set key outside data.* is a SettingsError (one line, exit 2) before anything loads.
         report = evaluate_checkpoint(args.checkpoint, data=args.data, out_dir=args.out, which=args.which,
                                      overrides=args.set)
+        if report.get("output_line"):
+            print(report["output_line"])
         print(report["summary_line"])
         return 0
     if args.command == "export":

@@ -5,7 +5,9 @@ Loads the Q module from the checkpoint (by default the run's best-validation che
 needed), rebuilds the run's data from the checkpoint's ``settings.yaml`` and walks the validation
 and test segments once per asset with :func:`rl_zerosync.evaluation.backtest.evaluate_policy` (or the
 whole of ``--data FILE``), beside the rule baselines (variants chosen on validation, frozen for
-test). Writes to the output directory:
+test). The output directory is ``--out DIR``, else ``<run>/evaluation/`` (``<run>/evaluation_<file
+stem>/`` with ``--data``); it is written whole into ``<dir>.tmp`` and swapped in, and a directory
+that is not an evaluation's is refused (:mod:`rl_zerosync.evaluation.eval_dir`). Writes to it:
 
 * ``metrics.json``: policy and rule metrics per segment (per asset, their mean, and the
   equal-weight portfolio of the assets), which checkpoint and iteration, action and routing mix,
@@ -254,6 +256,9 @@ class _Evaluation:
     routing: dict[str, float]
     policy: Callable[[torch.Tensor], torch.Tensor]
     out_dir: Path
+    """Where the evaluation goes once written whole (:func:`~rl_zerosync.evaluation.eval_dir.written_whole`)."""
+    out_line: str | None = None
+    """The line that names the default ``evaluation_<stem>/`` of ``--data`` (None otherwise)."""
     markets: dict = field(default_factory=dict)
     """Segment -> the market walked (built once: the test segment is read once, for the report)."""
 
@@ -281,28 +286,49 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | None = None,
     data.KEY=VALUE`` items for the evaluated data (any other section: ``SettingsError``)."""
     from rl_zerosync.evaluation.evidence import add_evidence
     from rl_zerosync.evaluation.report_plot import plot_report
+    from rl_zerosync.evaluation.eval_dir import record_in_run, written_whole
     from rl_zerosync.evaluation.sensitivity import execution_line, execution_report
 
     ev = _load(checkpoint, data, out_dir, which, device, overrides, ensemble)
     report = _report_head(ev)
-    results = _walk_segments(ev, report["segments"])
-    outputs, portfolios = write_series(results, ev.out_dir)
-    _score_portfolios(results, portfolios, report["segments"])
-    train, train_market = _walk_training_data(ev)
-    if train is not None:
-        report["segments"]["train"] = train.summary()
-    report["overlap"], report["warnings"] = _check_overlap(ev, results, train_market)
-    report["execution"] = execution_report(ev, results)  # settings, spreads, cost sensitivity
-    png = ev.out_dir / "report.png"
-    plot_report(results, portfolios, png, execution=report["execution"])
-    report["outputs"] = {"metrics_json": str(ev.out_dir / "metrics.json"), "report_png": str(png), **outputs}
-    report["summary"] = _summary(ev, results, report, train)
-    add_evidence(report, results, ev.segments, ev.ckpt.parent, ev.settings["run"].get("eval_metric", "sharpe"),
-                 ev.out_dir)
-    report["summary_line"] = (_summary_line(ev, results[ev.segments[-1]], report, png)
-                              + execution_line(report["execution"]))
-    _write_report(report, ev.out_dir)
+    record_in_run(ev.out_dir, ev.ckpt.parent)  # inside the run directory: in its inventory, before writing
+    marker = {"checkpoint": str(ev.ckpt.resolve()), "data": str(Path(data).resolve()) if data else None}
+    # Written whole into <out>.tmp, then swapped in: no earlier evaluation's file stays beside these,
+    # and a failure on the way leaves the previous evaluation as it was.
+    with written_whole(ev.out_dir, marker) as tmp:
+        results = _walk_segments(ev, report["segments"])
+        outputs, portfolios = write_series(results, tmp)
+        _score_portfolios(results, portfolios, report["segments"])
+        train, train_market = _walk_training_data(ev)
+        if train is not None:
+            report["segments"]["train"] = train.summary()
+        report["overlap"], report["warnings"] = _check_overlap(ev, results, train_market)
+        report["execution"] = execution_report(ev, results)  # settings, spreads, cost sensitivity
+        plot_report(results, portfolios, tmp / "report.png", execution=report["execution"])
+        report["outputs"] = {"dir": str(tmp), "metrics_json": str(tmp / "metrics.json"),
+                             "report_png": str(tmp / "report.png"), **outputs}
+        report["summary"] = _summary(ev, results, report, train)
+        add_evidence(report, results, ev.segments, ev.ckpt.parent, ev.settings["run"].get("eval_metric", "sharpe"),
+                     tmp)
+        report["outputs"] = _moved(report["outputs"], tmp, ev.out_dir)  # the paths they have once swapped in
+        png = ev.out_dir / "report.png"
+        report["summary_line"] = (_summary_line(ev, results[ev.segments[-1]], report, png)
+                                  + execution_line(report["execution"]))
+        if ev.out_line:
+            report["output_line"] = ev.out_line
+        _write_report(report, tmp)
     return report
+
+
+def _moved(outputs: dict, tmp: Path, out: Path) -> dict:
+    """``outputs`` (name -> path, or segment -> name -> path) with the paths under ``tmp`` as under ``out``."""
+    def move(value):
+        if isinstance(value, dict):
+            return {k: move(v) for k, v in value.items()}
+        path = Path(value)
+        return str(out / path.relative_to(tmp)) if path == tmp or tmp in path.parents else value
+
+    return move(outputs)
 
 
 def _load(checkpoint: str | Path, data: str | None, out_dir: str | Path | None, which: str,
@@ -315,26 +341,36 @@ def _load(checkpoint: str | Path, data: str | None, out_dir: str | Path | None, 
     from rl_zerosync.data.data_settings import check_data_keys
     from rl_zerosync.evaluation.validation import routing_thresholds
 
+    from rl_zerosync.evaluation.eval_dir import check_out_dir, check_same_data, default_out_dir
     from rl_zerosync.rundir.lock import check_writable_dir
 
     data_overrides({}, overrides)  # a bad key fails before anything is loaded
     if out_dir:
         check_writable_dir(out_dir, "evaluate --out")  # a file or a read-only folder, before any load
     ckpt = verified_checkpoint(checkpoint, which)  # CheckpointError naming the first damaged file
+    if out_dir:
+        out, out_line = Path(out_dir), None
+        if out.name in ("", ".", ".."):
+            out = out.resolve()
+        check_out_dir(out, ckpt.parent)  # not the run directory, a checkpoint or a folder of other files
+    else:
+        out, out_line = default_out_dir(ckpt.parent, data)  # evaluation/ or evaluation_<stem>/
+        check_out_dir(out, ckpt.parent, "evaluate: output directory")
+        if data:
+            check_same_data(out, data)  # not another file's evaluation of the same stem
     settings = yaml.safe_load((ckpt / SETTINGS_FILE).read_text())
     data_cfg, segments = _data_cfg(settings, data, overrides)
     check_data_keys(data_cfg)  # an unknown data key (e.g. a mistyped --set) before the module loads
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     module = load_module(ckpt).to(dev)
     others = [load_module(verified_checkpoint(p, which)).to(dev) for p in ensemble]
-    out = Path(out_dir) if out_dir else ckpt.parent / "evaluation"
-    out.mkdir(parents=True, exist_ok=True)
     return _Evaluation(
         ckpt=ckpt, settings=settings, run_state=read_run_state(ckpt), data_file=data, overrides=overrides,
         data_cfg=data_cfg, segments=segments, device=dev, mode=settings["model"]["action_mode"],
         params=EnvParams.from_dict(with_recorded_lag(settings.get("env"))),
         routing=routing_thresholds(settings.get("runner")),
-        policy=ensemble_policy([module, *others]) if others else greedy_policy(module), out_dir=out)
+        policy=ensemble_policy([module, *others]) if others else greedy_policy(module), out_dir=out,
+        out_line=out_line)
 
 
 def _report_head(ev: _Evaluation) -> dict[str, Any]:

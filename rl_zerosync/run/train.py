@@ -8,7 +8,7 @@ import sys
 from rl_zerosync.run.children import install_stop_handlers, restore_handlers
 from rl_zerosync.rundir.checkpoints import BEST_DIR
 from rl_zerosync.rundir.progress import Progress
-from rl_zerosync.rundir.run_dir import EVALUATION_DIR, RunDir
+from rl_zerosync.rundir.run_dir import EVALUATION_DIR, EVALUATION_NAMES, RunDir
 from rl_zerosync.config.settings import Settings, to_rllib_config
 
 
@@ -265,7 +265,7 @@ class TrainLoop:
         """The end-of-run evaluation into ``evaluation/`` (``run.eval_checkpoint``); returns its report."""
         from rl_zerosync.evaluation.evaluate import evaluate_checkpoint
 
-        self.run_dir.record(EVALUATION_DIR)
+        self.run_dir.record(*EVALUATION_NAMES)
         return evaluate_checkpoint(self.run_dir.path, out_dir=self.run_dir.path / EVALUATION_DIR,
                                    which=self.settings.run.eval_checkpoint)
 

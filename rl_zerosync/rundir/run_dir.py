@@ -9,7 +9,8 @@ Layout (the checkpoints: :mod:`rl_zerosync.rundir.checkpoints`)::
     tensorboard/         the same scalars, one event file per session
     checkpoint/ ...      the newest checkpoints, ``checkpoint_best/`` the best validation pass
     *.damaged/           checkpoints found damaged at a resume, set aside
-    evaluation/          the evaluation at the end of the run
+    evaluation/          the evaluation at the end of the run (written whole to evaluation.tmp/, then
+                         swapped in); evaluation_<stem>/ that of `evaluate --data <stem>.csv`
     run_files.json       the inventory: every top-level entry this run wrote (what --overwrite removes)
 """
 from __future__ import annotations
@@ -35,10 +36,12 @@ from rl_zerosync.rundir.lock import LOCK_FILE, RunDirError, RunLock
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
 EVALUATION_DIR = "evaluation"
+EVALUATION_NAMES = (EVALUATION_DIR, EVALUATION_DIR + ".tmp", EVALUATION_DIR + ".old")
+"""The run's evaluation directory and the forms it takes while an evaluation replaces it."""
 INVENTORY_FILE = "run_files.json"
 """The run's inventory: the names of the top-level entries it wrote, each recorded before it is
 written; ``--overwrite`` removes these and nothing else."""
-RUN_OUTPUTS = (METRICS_FILE, METRICS_FILE + ".tmp", TENSORBOARD_DIR, EVALUATION_DIR, "settings.yaml")
+RUN_OUTPUTS = (METRICS_FILE, METRICS_FILE + ".tmp", TENSORBOARD_DIR, *EVALUATION_NAMES, "settings.yaml")
 """The fixed names of a run's outputs: what ``--overwrite`` removes from a run directory written
 before the inventory existed, besides the checkpoint names of ``LEGACY_CHECKPOINT``."""
 LEGACY_CHECKPOINT = re.compile(r"^checkpoint(_best)?(\.\d+|\.old)?(\.tmp|\.damaged)?$")
@@ -296,7 +299,7 @@ class RunDir:
 
     def write_settings(self, settings) -> None:
         """The run's settings as ``settings.yaml`` (what ``evaluate`` of the run directory reads)."""
-        self.record(SETTINGS_FILE, EVALUATION_DIR)  # evaluation/: where `evaluate` of this run writes by default
+        self.record(SETTINGS_FILE, *EVALUATION_NAMES)  # evaluation/: where `evaluate` of this run writes by default
         (self.path / SETTINGS_FILE).write_text(_settings_yaml(settings))
 
     def open_log(self) -> None:
