@@ -16,6 +16,8 @@ import torch
 from rl_zerosync.config.settings import SettingsError, from_dict
 from tiny_run import tiny_raw
 
+pytestmark = pytest.mark.usefixtures("ray_local")  # one Ray for the module, stopped after it
+
 ITERATIONS = 20
 SPACE = {"seeds": [0, 1], "search": {"algo.lr": {"grid_search": [1e-3, 3e-4]},
                                      "algo.gamma": {"grid_search": [0.99]}}}
@@ -71,7 +73,7 @@ def _same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
 def _population(raw: dict):
     from rl_zerosync.population.members import all_member_settings
     from rl_zerosync.population.space import parse_population
-    from rl_zerosync.population.train import Population
+    from rl_zerosync.population.lockstep import Population
     from rl_zerosync.rundir.run_dir import RunDir
     from rl_zerosync.run.train import init_ray
 
@@ -128,7 +130,7 @@ def test_the_same_population_twice_is_bit_identical(clean, tmp_path):
 
 
 def _learner(loop):
-    return loop.algo.learner_group._learner
+    return loop.algo.local_learner
 
 
 def test_a_nan_in_one_members_data_skips_that_member_alone(clean, tmp_path):
@@ -158,7 +160,7 @@ def test_a_nan_in_one_members_data_skips_that_member_alone(clean, tmp_path):
 
 def test_a_destructive_learning_rate_is_never_selected(tmp_path):
     from rl_zerosync.population.report import read_report
-    from rl_zerosync.population.train import train_population
+    from rl_zerosync.population.lockstep import train_population
 
     space = {"seeds": [0], "search": {"algo.lr": {"grid_search": [1e-3, 5.0, 3e-4]}}}
     settings = from_dict(_raw(tmp_path, iterations=10, population=space), "pop.yaml")

@@ -18,8 +18,7 @@ HEADROOM = 1.25
 
 
 def _learner(algo):
-    group = algo.learner_group
-    return group._learner if group.is_local else None  # noqa: SLF001 - the local learner of this process
+    return algo.local_learner
 
 
 def member_bytes(algo) -> int:

@@ -24,7 +24,7 @@ PERTURB = (0.8, 1.2)
 
 
 def _learner(loop):
-    return loop.algo.learner_group._learner  # noqa: SLF001 - the member's local learner
+    return loop.algo.local_learner
 
 
 def _pairs(learner):
