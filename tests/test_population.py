@@ -58,7 +58,7 @@ def _rows(run_dir: Path) -> list[dict]:
     """metrics.jsonl without the wall-clock numbers (everything else must match bit for bit)."""
     def keep(key: str) -> bool:
         return not (key.startswith(("phase_s/", "timers/", "perf/", "time")) or key.endswith(("_s", "_timer"))
-                    or "throughput" in key or key == "env_runners/sample")
+                    or "throughput" in key or key in ("env_runners/sample", "pid", "hostname", "node_ip"))
 
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
     return [{k: v for k, v in r.items() if keep(k)} for r in rows]
@@ -175,7 +175,7 @@ def test_a_destructive_learning_rate_is_never_selected(tmp_path):
 
 
 def test_pbt_copies_weights_and_adam_state_from_top_to_bottom(tmp_path):
-    from rl_zerosync.population.pbt import PERTURB
+    from rl_zerosync.population.pbt import PERTURB, LocalMembers
 
     space = {"seeds": [0, 1, 2, 3], "pbt_every": 1, "pbt_quantile": 0.25}
     population, stack = _population(_raw(tmp_path, iterations=5, population=space))
@@ -190,7 +190,7 @@ def test_pbt_copies_weights_and_adam_state_from_top_to_bottom(tmp_path):
             flat.step_count.fill_(10.0 * k)
             loop.result["eval"] = {"validation_sharpe": [0.5, 2.0, -1.0, 1.0][k]}  # top: 1, bottom: 2
         lr_top = float(_learner(loops[1]).optimizer.param_groups[0]["lr"])
-        lines = population.pbt.exploit_explore(loops, passes=1, iteration=4)
+        lines = population.pbt.exploit_explore(LocalMembers(loops), population.values(), passes=1, iteration=4)
         dst = _learner(loops[2]).flat_adam
         assert torch.all(dst.flat_params == 2.0) and torch.all(dst.exp_avg == 2.0) and torch.all(dst.exp_avg_sq == 2.0)
         assert float(dst.step_count) == 10.0
@@ -298,3 +298,36 @@ def test_ensemble_policy_acts_on_the_mean_q():
     obs = torch.zeros(4, 3)
     assert torch.equal(ensemble_policy([a, a])(obs), greedy_policy(a)(obs))
     assert ensemble_policy([a, b])(obs).tolist() == [2, 2, 2, 2]  # mean 0.5, 0.5, 0.9
+
+
+def _pbt_space(shards: int) -> dict:
+    return {"seeds": [0, 1, 2, 3], "pbt_every": 1, "pbt_quantile": 0.5, "shards": shards,
+            "search": {"algo.lr": {"grid_search": [1e-3]}}}
+
+
+def test_two_shards_give_the_members_of_one_shard_with_pbt_between_them(tmp_path):
+    from rl_zerosync.population.lockstep import train_population
+    from rl_zerosync.population.shards import shard_members
+
+    reports = {}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as in a shard's actor (Ray gives a 1-CPU actor one thread): the same sums
+    try:
+        raw = _raw(tmp_path / "s1", iterations=10, population=_pbt_space(1))
+        reports[1] = train_population(from_dict(raw, "pop.yaml"))
+    finally:
+        torch.set_num_threads(threads)
+    raw = _raw(tmp_path / "s2", iterations=10, population=_pbt_space(2))
+    reports[2] = train_population(from_dict(raw, "pop.yaml"))
+    settings = from_dict(_raw(tmp_path, population=_pbt_space(2)), "pop.yaml")
+    from rl_zerosync.population.space import parse_population
+
+    assert shard_members(parse_population(settings.population, "pop.yaml")) == [[0, 1], [2, 3]]
+    one, two = reports[1]["per_member"], reports[2]["per_member"]
+    copies = [(k, e["copied_from"]) for r in two for k, e in [(r["member"], e) for e in r["lineage"]]]
+    assert any((dst < 2) != (src < 2) for dst, src in copies), copies  # at least one copy between the shards
+    assert [r["lineage"] for r in one] == [r["lineage"] for r in two]
+    for k in range(4):
+        a, b = tmp_path / "s1" / "pop" / f"member{k}", tmp_path / "s2" / "pop" / f"member{k}"
+        _same(_arrays(a / "checkpoint"), _arrays(b / "checkpoint"))
+        assert _rows(a) == _rows(b), f"member{k}"

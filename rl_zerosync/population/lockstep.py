@@ -28,31 +28,27 @@ from rl_zerosync.rundir.run_dir import RunDir
 from rl_zerosync.run.train import TrainLoop, _Interrupt, init_ray
 
 
-def _pass_line(iteration: int, total: int, loops: list[TrainLoop], metric: str, t0: float) -> str:
+def pass_line(iteration: int, total: int, values: list, metric: str, t0: float) -> str:
     """After a validation pass: the best and median member by this pass's validation metric."""
-    values = [(loop.result.get("eval", {}).get(f"validation_{metric}"), k) for k, loop in enumerate(loops)]
-    values = sorted([(v, k) for v, k in values if v is not None and v == v], reverse=True)
-    if not values:
+    ranked = sorted([(v, k) for k, v in enumerate(values) if v is not None and v == v], reverse=True)
+    if not ranked:
         return f"population it {iteration}/{total} | {time.perf_counter() - t0:.0f}s | no member validated"
-    median = values[len(values) // 2][0]
+    median = ranked[len(ranked) // 2][0]
     return (f"population it {iteration}/{total} | {time.perf_counter() - t0:.0f}s | validation {metric}: best "
-            f"member{values[0][1]} {values[0][0]:+.3f}, median {median:+.3f} over {len(values)} member(s)")
-
-
-def _rows(pop: PopulationSettings, loops: list[TrainLoop], lineage: dict[int, list]) -> list[dict]:
-    return [member_row(m, loop.selection, loop.run_dir.path, lineage.get(m.index, []))
-            for m, loop in zip(pop.members, loops)]
+            f"member{ranked[0][1]} {ranked[0][0]:+.3f}, median {median:+.3f} over {len(ranked)} member(s)")
 
 
 class Population:
     """The members' loops stepped in lockstep (see the module docstring); ``train_population`` drives it,
-    tests step it. Built inside ``stack`` (every member's run directory, algorithm and log closed by it)."""
+    tests step it, a shard (:mod:`rl_zerosync.population.shards`) holds one with its part of the members
+    (``indices``). Built inside ``stack`` (every member's run directory, algorithm and log closed by it)."""
 
     def __init__(self, settings: Settings, pop: PopulationSettings, members: list[Settings],
-                 stack: contextlib.ExitStack) -> None:
+                 stack: contextlib.ExitStack, indices: list[int] | None = None) -> None:
         from rl_zerosync.population.pbt import Pbt
 
         self.settings, self.pop, self.parent = settings, pop, settings.run_dir
+        self.indices = list(range(pop.size)) if indices is None else list(indices)
         self.metric = settings.run.eval_metric
         self.loops = _build(members, pop, stack)
         self.pbt = Pbt(pop, self.metric) if pop.pbt_every else None
@@ -67,19 +63,36 @@ class Population:
     def lineage(self) -> dict[int, list]:
         return self.pbt.lineage if self.pbt is not None else {}
 
-    def step(self) -> list[str]:
-        """One iteration of every member still training, then (after a validation pass) the summary
-        line and PBT when due; returns the lines printed."""
+    def step_members(self) -> bool:
+        """One iteration of every member still training; True when it ended with a validation pass."""
         stepped = [loop for loop in self.loops if not loop.done]
+        for loop in self.loops:
+            if loop.done:  # stopped early: its last pass is not this iteration's
+                loop.result.pop("eval", None)
         for loop in stepped:
             loop.step()
+        return any("eval" in loop.result for loop in stepped)
+
+    def values(self) -> list:
+        """This iteration's validation metric per member here (None: it did not validate)."""
+        return [loop.result.get("eval", {}).get(f"validation_{self.metric}") for loop in self.loops]
+
+    @property
+    def iteration(self) -> int:
+        return max(loop.algo.iteration for loop in self.loops)
+
+    def step(self) -> list[str]:
+        """:meth:`step_members`, then (after a validation pass) the summary line and PBT when due;
+        returns the lines printed."""
+        from rl_zerosync.population.pbt import LocalMembers
+
         lines = []
-        if any("eval" in loop.result for loop in stepped):
+        if self.step_members():
             self.passes += 1
-            it = max(loop.algo.iteration for loop in stepped)
-            lines.append(_pass_line(it, self.settings.run.iterations, self.loops, self.metric, self._t0))
+            values = self.values()
+            lines.append(pass_line(self.iteration, self.settings.run.iterations, values, self.metric, self._t0))
             if self.pbt is not None and self.passes % self.pop.pbt_every == 0:
-                lines += self.pbt.exploit_explore(self.loops, self.passes, it)
+                lines += self.pbt.exploit_explore(LocalMembers(self.loops), values, self.passes, self.iteration)
         for line in lines:
             print(line, flush=True)
         return lines
@@ -89,27 +102,39 @@ class Population:
         for loop in self.loops:
             loop.save()
 
-    def evaluate_ensemble(self) -> dict | None:
-        """The mean-Q ensemble of the ``ensemble_top_k`` best members on validation, evaluated like a
-        member (validation and test) into ``ensemble_top<k>/evaluation/``; None when none validated."""
-        from rl_zerosync.evaluation.evaluate import evaluate_checkpoint
-        from rl_zerosync.population.report import ENSEMBLE_DIR, ensemble_entry, ensemble_members
+    def evaluate_members(self) -> list[str]:
+        """Every member's end-of-run evaluation (the test segment, read once); their summary lines."""
+        return [f"member{k}: {loop.evaluate()['summary_line']}" for k, loop in zip(self.indices, self.loops)]
 
-        rows = _rows(self.pop, self.loops, self.lineage)
-        top = ensemble_members(rows, self.metric, self.pop.ensemble_top_k)
-        if not top:
-            return None
-        name = ENSEMBLE_DIR.format(k=self.pop.ensemble_top_k)
-        paths = [member_dir(self.parent, k) for k in top]
-        report = evaluate_checkpoint(paths[0], out_dir=self.parent / name / "evaluation",
-                                     which=self.settings.run.eval_checkpoint, ensemble=paths[1:])
-        print(f"ensemble top {len(top)} {top}: {report['summary_line']}", flush=True)
-        return ensemble_entry(top, report, name)
+    def rows(self, lineage: dict[int, list]) -> list[dict]:
+        """``population.json``'s row of every member here."""
+        return [member_row(self.pop.members[k], loop.selection, loop.run_dir.path, lineage.get(k, []))
+                for k, loop in zip(self.indices, self.loops)]
 
     def report(self, **kwargs) -> dict:
         """``population.json``'s content from the members as they are now (written by the caller)."""
-        rows = _rows(self.pop, self.loops, self.lineage)
-        return population_report(self.pop, self.metric, rows, self.parent, **kwargs)
+        return population_report(self.pop, self.metric, self.rows(self.lineage), self.parent, **kwargs)
+
+    def close(self) -> None:
+        """Nothing to stop here: the members' algorithms and logs belong to the stack it was built in."""
+
+
+def evaluate_ensemble(settings: Settings, pop: PopulationSettings, rows: list[dict]) -> dict | None:
+    """The mean-Q ensemble of the ``ensemble_top_k`` best members on validation, evaluated like a member
+    (validation and test) into ``ensemble_top<k>/evaluation/``; None when no member validated."""
+    from rl_zerosync.evaluation.evaluate import evaluate_checkpoint
+    from rl_zerosync.population.report import ENSEMBLE_DIR, ensemble_entry, ensemble_members
+
+    top = ensemble_members(rows, settings.run.eval_metric, pop.ensemble_top_k)
+    if not top:
+        return None
+    parent = settings.run_dir
+    name = ENSEMBLE_DIR.format(k=pop.ensemble_top_k)
+    paths = [member_dir(parent, k) for k in top]
+    report = evaluate_checkpoint(paths[0], out_dir=parent / name / "evaluation",
+                                 which=settings.run.eval_checkpoint, ensemble=paths[1:])
+    print(f"ensemble top {len(top)} {top}: {report['summary_line']}", flush=True)
+    return ensemble_entry(top, report, name)
 
 
 def train_population(settings: Settings, overwrite: bool = False) -> dict:
@@ -126,6 +151,14 @@ def train_population(settings: Settings, overwrite: bool = False) -> dict:
         prd.write_settings(settings)
         init_ray(settings)
         print(describe(pop), flush=True)
+        if pop.shards > 1:
+            from rl_zerosync.population.shards import ShardedPopulation
+
+            sharded = ShardedPopulation(settings, pop)
+            try:
+                return _run(sharded)
+            finally:
+                sharded.close()
         with contextlib.ExitStack() as stack:
             return _run(Population(settings, pop, members, stack))
 
@@ -148,25 +181,29 @@ def _build(members: list[Settings], pop: PopulationSettings, stack: contextlib.E
     return loops
 
 
-def _run(population: Population) -> dict:
-    parent, metric = population.parent, population.metric
+def _run(population) -> dict:
+    """Drive a :class:`Population` or a :class:`~rl_zerosync.population.shards.ShardedPopulation` to
+    the end: lockstep iterations, the final checkpoints, the evaluations, ``population.json``."""
+    settings, pop, parent, metric = population.settings, population.pop, population.parent, population.metric
     with _Interrupt() as interrupt:
         while not population.done and not interrupt.requested:
             population.step()
         population.save()  # inside the handler: a second signal waits for the checkpoints
+    rows = population.rows(population.lineage)
     if interrupt.requested:
-        report = population.report(partial=True, interrupted_by=interrupt.signum)
+        report = population_report(pop, metric, rows, parent, partial=True, interrupted_by=interrupt.signum)
         path = write_report(parent, report)
-        print(f"population: interrupted at iteration {max(lp.algo.iteration for lp in population.loops)}; "
-              f"checkpoints kept; {path} marked partial", flush=True)
+        print(f"population: interrupted at iteration {population.iteration}; checkpoints kept; {path} marked "
+              f"partial", flush=True)
         return report
     ensemble = None
-    if population.settings.run.evaluate:
-        for k, loop in enumerate(population.loops):
-            print(f"member{k}: {loop.evaluate()['summary_line']}", flush=True)
-        if population.pop.ensemble_top_k:
-            ensemble = population.evaluate_ensemble()
-    report = population.report(ensemble=ensemble)
+    if settings.run.evaluate:
+        for line in population.evaluate_members():
+            print(line, flush=True)
+        rows = population.rows(population.lineage)
+        if pop.ensemble_top_k:
+            ensemble = evaluate_ensemble(settings, pop, rows)
+    report = population_report(pop, metric, rows, parent, ensemble=ensemble)
     path = write_report(parent, report)
     for line in leaderboard_lines(report, metric):
         print(line, flush=True)

@@ -23,10 +23,6 @@ PERTURB = (0.8, 1.2)
 """Factors a copied learning rate is multiplied by (one drawn per copy)."""
 
 
-def _learner(loop):
-    return loop.algo.local_learner
-
-
 def _pairs(learner):
     from ray.rllib.core import DEFAULT_MODULE_ID
 
@@ -35,18 +31,33 @@ def _pairs(learner):
     return module.get_target_network_pairs()
 
 
+def _buffers(learner) -> list[torch.Tensor]:
+    """What a copy moves: the flat parameters, Adam moments and step count, the target network."""
+    flat = learner.flat_adam
+    targets = [p for _, target in _pairs(learner) for p in target.parameters()]
+    return [flat.flat_params, flat.exp_avg, flat.exp_avg_sq, flat.step_count, *targets]
+
+
 def copy_member(dst, src) -> None:
     """``dst`` learner := ``src`` learner's online and target networks and Adam state (on the device)."""
-    a, b = dst.flat_adam, src.flat_adam
     with torch.no_grad():
-        for mine, theirs in ((a.flat_params, b.flat_params), (a.exp_avg, b.exp_avg),
-                             (a.exp_avg_sq, b.exp_avg_sq), (a.step_count, b.step_count)):
+        for mine, theirs in zip(_buffers(dst), _buffers(src)):
             mine.copy_(theirs)
-        for (_, t_dst), (_, t_src) in zip(_pairs(dst), _pairs(src)):
-            for p_dst, p_src in zip(t_dst.parameters(), t_src.parameters()):
-                p_dst.copy_(p_src)
-    if getattr(dst, "_graphed", None) is not None:
-        dst._graphed.reset()  # noqa: SLF001 - buffers changed under a captured graph: capture again
+
+
+def member_state(learner) -> list[np.ndarray]:
+    """:func:`copy_member`'s buffers on the host (to move between processes through Ray's object store)."""
+    return [t.detach().cpu().numpy().copy() for t in _buffers(learner)]  # host read: a PBT copy between shards
+
+
+def load_member_state(learner, state: list[np.ndarray]) -> None:
+    """The buffers :func:`member_state` took, into ``learner`` (shapes checked)."""
+    buffers = _buffers(learner)
+    if len(buffers) != len(state) or any(tuple(b.shape) != tuple(s.shape) for b, s in zip(buffers, state)):
+        raise ValueError("load_member_state: the state's buffers do not match this member's network")
+    with torch.no_grad():
+        for mine, value in zip(buffers, state):
+            mine.copy_(torch.from_numpy(value).to(mine.device))
 
 
 def rank(values: Sequence[float | None]) -> list[int]:
@@ -59,6 +70,23 @@ def rank(values: Sequence[float | None]) -> list[int]:
     return sorted(range(len(values)), key=key)
 
 
+class LocalMembers:
+    """PBT's view of members whose loops live in this process."""
+
+    def __init__(self, loops: list) -> None:
+        self.loops = loops
+
+    def lr(self, k: int) -> float:
+        return float(self.loops[k].algo.local_learner.optimizer.param_groups[0]["lr"])
+
+    def copy(self, dst: int, src: int, lr: float) -> None:
+        """Member ``dst`` takes member ``src``'s networks and Adam state and the learning rate ``lr``."""
+        learner = self.loops[dst].algo.local_learner
+        copy_member(learner, self.loops[src].algo.local_learner)
+        learner.set_lr(lr)  # also drops a captured update graph: it is captured again
+        self.loops[dst].algo._sync_weights()  # noqa: SLF001 - the runner acts with the copied network
+
+
 class Pbt:
     """The exploit/explore step of a population (see the module docstring)."""
 
@@ -66,12 +94,12 @@ class Pbt:
         self.pop, self.metric = pop, metric
         self.lineage: dict[int, list[dict]] = {}
 
-    def exploit_explore(self, loops: list, passes: int, iteration: int) -> list[str]:
-        """One step after validation pass ``passes``; returns the lines to print."""
-        values = [loop.result.get("eval", {}).get(f"validation_{self.metric}") for loop in loops]
+    def exploit_explore(self, members, values: Sequence[float | None], passes: int, iteration: int) -> list[str]:
+        """One step after validation pass ``passes`` on ``members`` (:class:`LocalMembers` or the shards'
+        view), ranked by ``values`` (this pass's validation metric per member); returns lines to print."""
         order = rank(values)
-        n = max(1, int(math.floor(self.pop.pbt_quantile * len(loops))))
-        if 2 * n > len(loops):
+        n = max(1, int(math.floor(self.pop.pbt_quantile * len(values))))
+        if 2 * n > len(values):
             return []
         top, bottom = order[:n], order[-n:]
         rng = np.random.default_rng([int(self.pop.search_seed), int(passes)])
@@ -79,12 +107,8 @@ class Pbt:
         for dst in bottom:
             src = int(top[int(rng.integers(len(top)))])
             factor = float(PERTURB[int(rng.integers(len(PERTURB)))])
-            learner_dst, learner_src = _learner(loops[dst]), _learner(loops[src])
-            lr_src = float(learner_src.optimizer.param_groups[0]["lr"])
-            lr_old = float(learner_dst.optimizer.param_groups[0]["lr"])
-            copy_member(learner_dst, learner_src)
-            learner_dst.set_lr(lr_src * factor)
-            loops[dst].algo._sync_weights()  # noqa: SLF001 - the runner acts with the copied network
+            lr_src, lr_old = members.lr(src), members.lr(dst)
+            members.copy(dst, src, lr_src * factor)
             self.lineage.setdefault(dst, []).append({
                 "pass": int(passes), "iteration": int(iteration), "copied_from": src,
                 "validation": values[dst], "source_validation": values[src],

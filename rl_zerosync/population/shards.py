@@ -1,0 +1,198 @@
+"""``population.shards: G``: the members spread over G Ray actors, one device each, stepped in lockstep.
+
+Shard g holds members ``numpy.array_split(range(P), G)[g]`` (consecutive blocks) as a
+:class:`~rl_zerosync.population.lockstep.Population` of its own, in its own Ray actor
+(:class:`PopulationShard`: one GPU when the cluster has G of them, else one CPU; spread over the
+nodes). Every lockstep iteration the driver asks every shard for one iteration and gets back only
+each member's validation metric of that iteration (``None`` when it did not validate): one small
+gather per iteration. PBT ranks the whole population at the driver; a copy between two shards moves
+the source member's buffers through Ray's object store (the driver passes the reference on, it never
+fetches them). Members write their run directories from their shard's node: ``run.dir`` is made
+absolute and must be a file system every node sees (as Ray Tune's ``storage_path``). A member's
+result does not depend on its shard: 2 shards give the members of 1 shard, bit for bit on CPUs.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import ray
+
+from rl_zerosync.config.settings import Settings, from_dict
+from rl_zerosync.population.space import PopulationSettings
+
+
+def shard_members(pop: PopulationSettings) -> list[list[int]]:
+    """Member indices per shard (consecutive blocks, sizes differing by at most one)."""
+    return [list(map(int, part)) for part in np.array_split(np.arange(pop.size), pop.shards)]
+
+
+class _Shard:
+    """The body of :class:`PopulationShard` (a plain class, so tests can run one in the driver)."""
+
+    def __init__(self, raw: dict, source: str, indices: list[int]) -> None:
+        from rl_zerosync.population.lockstep import Population
+        from rl_zerosync.population.members import member_settings
+        from rl_zerosync.population.space import parse_population
+
+        settings = from_dict(raw, source)
+        pop = parse_population(settings.population, source)
+        self._stack = contextlib.ExitStack()
+        members = [member_settings(settings, pop.members[k]) for k in indices]
+        try:
+            self.population = Population(settings, pop, members, self._stack, indices=indices)
+        except BaseException:
+            self._stack.close()
+            raise
+        self.index = {k: i for i, k in enumerate(indices)}
+
+    def node(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+    def step(self) -> dict[str, Any]:
+        """One iteration of this shard's members: whether it validated, each member's metric, done."""
+        validated = self.population.step_members()
+        values = dict(zip(self.population.indices, self.population.values()))
+        return {"validated": validated, "values": values, "done": self.population.done,
+                "iteration": self.population.iteration}
+
+    def _loop(self, k: int):
+        return self.population.loops[self.index[k]]
+
+    def lr(self, k: int) -> float:
+        return float(self._loop(k).algo.local_learner.optimizer.param_groups[0]["lr"])
+
+    def member_state(self, k: int) -> list:
+        from rl_zerosync.population.pbt import member_state
+
+        return member_state(self._loop(k).algo.local_learner)
+
+    def load_member_state(self, k: int, state: list, lr: float) -> None:
+        from rl_zerosync.population.pbt import load_member_state
+
+        loop = self._loop(k)
+        load_member_state(loop.algo.local_learner, state)
+        loop.algo.local_learner.set_lr(lr)
+        loop.algo._sync_weights()  # noqa: SLF001 - the runner acts with the copied network
+
+    def copy_within(self, dst: int, src: int, lr: float) -> None:
+        from rl_zerosync.population.pbt import LocalMembers
+
+        loops = self.population.loops
+        LocalMembers(loops).copy(self.index[dst], self.index[src], lr)
+
+    def save(self) -> None:
+        self.population.save()
+
+    def evaluate(self) -> list[str]:
+        return [f"member{k}: {loop.evaluate()['summary_line']}"
+                for k, loop in zip(self.population.indices, self.population.loops)]
+
+    def rows(self, lineage: dict[int, list]) -> list[dict]:
+        return self.population.rows(lineage)
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+PopulationShard = ray.remote(_Shard)
+
+
+class ShardMembers:
+    """PBT's view of members held by shard actors (a copy within one shard stays on its device)."""
+
+    def __init__(self, shards: list, where: dict[int, int]) -> None:
+        self.shards, self.where = shards, where
+
+    def lr(self, k: int) -> float:
+        return ray.get(self.shards[self.where[k]].lr.remote(k))
+
+    def copy(self, dst: int, src: int, lr: float) -> None:
+        a, b = self.shards[self.where[dst]], self.shards[self.where[src]]
+        if a is b:
+            ray.get(a.copy_within.remote(dst, src, lr))
+            return
+        ray.get(a.load_member_state.remote(dst, b.member_state.remote(src), lr))  # via the object store
+
+
+def _shard_options(settings: Settings, shards: int) -> dict:
+    """One GPU per shard when the members use GPUs and the cluster has one per shard, else one CPU."""
+    gpus = float(ray.cluster_resources().get("GPU", 0))
+    wants_gpu = settings.algo.num_gpus_per_learner != 0
+    if wants_gpu and gpus >= shards:
+        return {"num_gpus": 1, "num_cpus": 1, "scheduling_strategy": "SPREAD"}
+    return {"num_gpus": 0, "num_cpus": 1, "scheduling_strategy": "SPREAD"}
+
+
+def start_shards(settings: Settings, pop: PopulationSettings) -> tuple[list, dict[int, int]]:
+    """The shard actors (built, their members ready) and member -> shard."""
+    raw = settings.to_dict()
+    raw["run"]["dir"] = str(Path(settings.run.dir).resolve())  # the actors' working directory differs
+    parts = shard_members(pop)
+    options = _shard_options(settings, pop.shards)
+    shards = [PopulationShard.options(**options).remote(raw, settings.source, part) for part in parts]
+    ray.get([s.node.remote() for s in shards])  # built (a member that fails to build fails here)
+    where = {k: g for g, part in enumerate(parts) for k in part}
+    return shards, where
+
+
+class ShardedPopulation:
+    """The driver's side of a sharded population: the same steps as a one-process
+    :class:`~rl_zerosync.population.lockstep.Population` (``step``, ``save``, ``rows``)."""
+
+    def __init__(self, settings: Settings, pop: PopulationSettings) -> None:
+        from rl_zerosync.population.pbt import Pbt
+
+        self.settings, self.pop, self.parent = settings, pop, settings.run_dir
+        self.metric = settings.run.eval_metric
+        self.shards, self.where = start_shards(settings, pop)
+        self.pbt = Pbt(pop, self.metric) if pop.pbt_every else None
+        self.passes = 0
+        self.done = False
+        self.iteration = 0
+        self._t0 = time.perf_counter()
+
+    @property
+    def lineage(self) -> dict[int, list]:
+        return self.pbt.lineage if self.pbt is not None else {}
+
+    def step(self) -> list[str]:
+        from rl_zerosync.population.lockstep import pass_line
+
+        infos = ray.get([s.step.remote() for s in self.shards])
+        values: list = [None] * self.pop.size
+        for info in infos:
+            for k, v in info["values"].items():
+                values[int(k)] = v
+        self.done = all(info["done"] for info in infos)
+        self.iteration = max(info["iteration"] for info in infos)
+        lines = []
+        if any(info["validated"] for info in infos):
+            self.passes += 1
+            lines.append(pass_line(self.iteration, self.settings.run.iterations, values, self.metric, self._t0))
+            if self.pbt is not None and self.passes % self.pop.pbt_every == 0:
+                lines += self.pbt.exploit_explore(ShardMembers(self.shards, self.where), values, self.passes,
+                                                  self.iteration)
+        for line in lines:
+            print(line, flush=True)
+        return lines
+
+    def save(self) -> None:
+        ray.get([s.save.remote() for s in self.shards])
+
+    def evaluate_members(self) -> list[str]:
+        return [line for lines in ray.get([s.evaluate.remote() for s in self.shards]) for line in lines]
+
+    def rows(self, lineage: dict[int, list]) -> list[dict]:
+        rows = [r for part in ray.get([s.rows.remote(lineage) for s in self.shards]) for r in part]
+        return sorted(rows, key=lambda r: r["member"])
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            ray.get([s.close.remote() for s in self.shards])
+        for s in self.shards:
+            with contextlib.suppress(Exception):
+                ray.kill(s)
