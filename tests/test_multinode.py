@@ -329,3 +329,69 @@ def test_two_node_cluster_body(cluster):
             assert RESTART_TIMEOUT_S <= waited < RESTART_TIMEOUT_S + 45
         finally:
             algo.stop()
+
+
+POPULATION_CHILD = "RL_ZEROSYNC_TWO_NODE_POPULATION_CHILD"
+"""Set in the fresh pytest process that runs :func:`test_population_shards_body`."""
+
+
+@pytest.mark.skipif(not RAY_CLI.exists(), reason=f"`ray start` unavailable: no ray CLI at {RAY_CLI}")
+def test_population_shards_on_two_nodes_match_one_shard():
+    """Runs :func:`test_population_shards_body` in a fresh process (as the test above, for the same reason)."""
+    env = {**os.environ, POPULATION_CHILD: "1", "RAY_AUTH_MODE": "disabled"}
+    env.pop("RAY_ADDRESS", None)
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
+                          f"{Path(__file__).resolve()}::test_population_shards_body"],
+                         capture_output=True, text=True, env=env, cwd=Path(__file__).resolve().parents[1],
+                         timeout=400)
+    assert out.returncode == 0 and "1 passed" in out.stdout, out.stdout[-6000:] + out.stderr[-3000:]
+
+
+@pytest.mark.skipif(os.environ.get(POPULATION_CHILD) != "1", reason="run in a fresh process by "
+                    "test_population_shards_on_two_nodes_match_one_shard")
+def test_population_shards_body(cluster, tmp_path):
+    """A 4-member population with PBT as 2 shards, one on each node of the cluster, ends with the
+    members of the same population as 1 shard in the driver, bit for bit (weights, Adam state, rows)."""
+    import numpy as np
+    import torch
+
+    from rl_zerosync.population.lockstep import train_population
+    from rl_zerosync.population.shards import ShardedPopulation
+
+    seen_nodes: list[str] = []
+    start = ShardedPopulation.__init__
+
+    def spy(self, *args, **kwargs):
+        start(self, *args, **kwargs)
+        seen_nodes.extend(ray.get([s.node.remote() for s in self.shards]))
+
+    with _time_limit(300, "two-node population test"):
+        cluster.add_worker()
+
+        def raw(shards: int) -> dict:
+            r = tiny_raw({"name": "pop", "dir": str(tmp_path / f"s{shards}"), "iterations": 10, "checkpoint_every": 0,
+                          "eval_every": 5, "evaluate": False})
+            r["population"] = {"seeds": [0, 1, 2, 3], "pbt_every": 1, "pbt_quantile": 0.5, "shards": shards}
+            return r
+
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # the shards' actors run one thread each: the same float sums
+        try:
+            one = train_population(from_dict(raw(1), "pop.yaml"))
+        finally:
+            torch.set_num_threads(threads)
+        ShardedPopulation.__init__ = spy
+        try:
+            two = train_population(from_dict(raw(2), "pop.yaml"))
+        finally:
+            ShardedPopulation.__init__ = start
+        assert len(set(seen_nodes)) == 2, seen_nodes  # one shard on each node
+        assert [r["lineage"] for r in one["per_member"]] == [r["lineage"] for r in two["per_member"]]
+        assert any(e for r in two["per_member"] for e in r["lineage"])  # PBT ran
+        from test_population import _arrays, _rows
+
+        for k in range(4):
+            a, b = tmp_path / "s1" / "pop" / f"member{k}", tmp_path / "s2" / "pop" / f"member{k}"
+            sa, sb = _arrays(a / "checkpoint"), _arrays(b / "checkpoint")
+            assert sa.keys() == sb.keys() and all(np.array_equal(sa[x], sb[x]) for x in sa), f"member{k}"
+            assert _rows(a) == _rows(b), f"member{k}"

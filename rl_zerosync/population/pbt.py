@@ -57,7 +57,7 @@ def load_member_state(learner, state: list[np.ndarray]) -> None:
         raise ValueError("load_member_state: the state's buffers do not match this member's network")
     with torch.no_grad():
         for mine, value in zip(buffers, state):
-            mine.copy_(torch.from_numpy(value).to(mine.device))
+            mine.copy_(torch.from_numpy(np.array(value, copy=True)).to(mine.device))  # Ray's arrays are read-only
 
 
 def rank(values: Sequence[float | None]) -> list[int]:
