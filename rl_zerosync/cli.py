@@ -4,6 +4,7 @@
     rl-zerosync train --config FILE --seeds 0,1,2,3,4 [--parallel N]
     rl-zerosync evaluate --checkpoint DIR [--which best|last] [--data FILE] [--set data.key=value ...] [--out DIR]
     rl-zerosync evaluate --walk-forward K --config FILE [--set section.key=value ...] [--out DIR]
+                         [--resume | --overwrite]
     rl-zerosync bench [--quick] [--out-dir DIR]
 """
 from __future__ import annotations
@@ -79,6 +80,10 @@ def _parser() -> argparse.ArgumentParser:
                         "<dir>/<name>/seed<k>/fold<i>/")
     e.add_argument("--overwrite", action="store_true",
                    help="with --walk-forward: retrain folds whose run directories already hold a run")
+    e.add_argument("--resume", action="store_true",
+                   help="with --walk-forward: continue an interrupted walk-forward: finished folds are read "
+                        "back, not retrained; an interrupted fold resumes from its newest valid checkpoint "
+                        "(or restarts without one); the settings must keep every model/env/data key")
     e.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a setting (repeatable): with --walk-forward any setting of --config; "
                         "with --checkpoint only data.KEY settings of the evaluated data, e.g. "
@@ -137,6 +142,9 @@ def _walk_forward(args) -> int:
         print("error: walk-forward evaluation takes --walk-forward K and --config FILE (not --checkpoint "
               "or --data: every fold trains its own model on the config's data)", file=sys.stderr)
         return 2
+    if args.resume and args.overwrite:
+        print("error: --resume and --overwrite cannot be combined", file=sys.stderr)
+        return 2
     try:
         settings = load(args.config, args.set)
     except SettingsError as err:
@@ -153,13 +161,15 @@ def _walk_forward(args) -> int:
         return 2
     try:
         report = walk_forward(settings, args.walk_forward, out_dir=args.out, overwrite=args.overwrite,
-                              anchored=args.anchored, seeds=seeds)
+                              anchored=args.anchored, seeds=seeds, resume=args.resume)
     except WalkForwardError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     for line in report["lines"]:
         print(line, flush=True)
     print(f"walk-forward report: {report['path']}", flush=True)
+    if report.get("interrupted_by"):
+        return 128 + int(report["interrupted_by"])
     return 0 if report["complete"] else 1
 
 
@@ -173,10 +183,11 @@ def main(argv: list[str] | None = None) -> int:
     --walk-forward`` run :func:`rl_zerosync.run.preflight.check` on the loaded settings before anything
     else, so these errors come before Ray starts. Other exceptions propagate unchanged.
 
-    Exit codes: 0 done; 1 a walk-forward with a failed fold; 2 a bad input (``EXIT_INPUT``, also a
-    run directory that disappeared during the run); 3 a guard halt (``EXIT_HALTED``); 4 a failed
-    write (``EXIT_WRITE``: disk full, read-only); 128 + the signal for a run stopped by SIGINT (130)
-    or SIGTERM (143) after its checkpoint was written.
+    Exit codes: 0 done; 1 a walk-forward with a fold that ended without an evaluation; 2 a bad
+    input (``EXIT_INPUT``, also a run directory that disappeared during the run); 3 a guard halt
+    (``EXIT_HALTED``); 4 a failed write (``EXIT_WRITE``: disk full, read-only); 128 + the signal
+    for a run (or a walk-forward's fold) stopped by SIGINT (130) or SIGTERM (143) after its
+    checkpoint was written.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("RL_ZEROSYNC_DEBUG", "") not in ("", "0")
@@ -362,6 +373,10 @@ def _command(args) -> int:
     if args.command == "evaluate":
         if args.checkpoint is None:
             print("error: evaluate needs --checkpoint DIR (or --walk-forward K --config FILE)", file=sys.stderr)
+            return 2
+        if args.resume:
+            print("error: evaluate --resume continues a walk-forward: it needs --walk-forward K --config FILE",
+                  file=sys.stderr)
             return 2
         from rl_zerosync.evaluation.evaluate import evaluate_checkpoint
         from rl_zerosync.population.report import member_checkpoint

@@ -29,6 +29,7 @@ Where each fact lives:
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
@@ -236,6 +237,9 @@ def check_model_value(key: str, value: Any) -> None:
 
 def check_positive_number(name: str, value: object) -> None:
     """The rule for ``replay_ratio`` and ``env_runner_restart_timeout_s``, wherever they are set (a
-    settings file or ``ZeroSyncDQNConfig``): a number > 0 (not a bool). ValueError naming ``name``."""
+    settings file or ``ZeroSyncDQNConfig``): a finite number > 0 (not a bool; an infinite replay ratio
+    or restart wait never ends). ValueError naming ``name``."""
     if isinstance(value, bool) or not (isinstance(value, (int, float)) and value > 0):
         raise ValueError(f"{name} must be a number > 0, got {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")

@@ -210,7 +210,7 @@ def test_settings_weight_decay_errors():
         from_dict({"model": {"dropout": 1.0}}, source="t.yaml")
     with pytest.raises(SettingsError, match="learner.weight_decay: conflicts with algo.weight_decay"):
         from_dict({"algo": {"weight_decay": 0.1}, "learner": {"weight_decay": 0.2}}, source="t.yaml")
-    with pytest.raises(SettingsError, match="weight_decay must be >= 0"):
+    with pytest.raises(SettingsError, match="learner.weight_decay: must be >= 0"):
         from_dict({"learner": {"weight_decay": -0.5}}, source="t.yaml")
     with pytest.raises(ValueError, match="weight_decay must be a finite number"):
         LearnerSettings(weight_decay=float("nan"))

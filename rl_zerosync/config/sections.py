@@ -126,6 +126,18 @@ def _algo_error(err: Exception, given: Mapping, algo: AlgoSettings, src: str) ->
     return SettingsError(f"{src}: algo.{key}: {str(err).removeprefix(err.field + ' ')}")
 
 
+def _section_error(err: Exception, section: str, src: str) -> SettingsError:
+    """A component class's error as ``<src>: <section>.<key>: ...`` where it names its field (data's
+    messages and a learner field's), else ``<src>: <section>: <message>``."""
+    from rl_zerosync.learner.learner_settings import LearnerFieldError
+
+    if section == "data":
+        return SettingsError(f"{src}: {err}")
+    if isinstance(err, LearnerFieldError):
+        return SettingsError(f"{src}: {section}.{err.field}: {str(err).removeprefix(err.field + ' ')}")
+    return SettingsError(f"{src}: {section}: {err}")
+
+
 def build_components(raw: dict, run: RunSettings, algo: AlgoSettings, src: str) -> dict[str, Section]:
     """The four component sections, each built and checked by its component's class."""
     from rl_zerosync.env_runner.runner_settings import RunnerSettings
@@ -159,6 +171,6 @@ def build_components(raw: dict, run: RunSettings, algo: AlgoSettings, src: str) 
             algo_err = _algo_error(err, given, algo, src) if section == "learner" else None
             if algo_err is not None:
                 raise algo_err from None
-            raise SettingsError(f"{src}: {err}" if section == "data" else f"{src}: {section}: {err}") from err
+            raise _section_error(err, section, src) from err
         out[section] = Section(given=given, typed=typed)
     return out

@@ -57,6 +57,8 @@ EVAL_METRICS = ("sharpe", "sortino", "total_return", "annualized_return", "calma
 EVAL_CHECKPOINTS = ("best", "last")
 MIN_EPISODE_LEN = 2
 """Shortest ``env.episode_len`` of a training run (the per-episode Sharpe needs two returns)."""
+MAX_RUN_SEED = 2**32 - 1
+"""Largest ``run.seed``: RLlib seeds numpy's global generator with it (``np.random.seed``)."""
 
 
 @dataclass
@@ -264,6 +266,8 @@ def _validate_run_and_model(run: RunSettings, model: ModelSettings, src: str) ->
         check(src, f"run.{key}", getattr(run, key) > 0, f"must be > 0, got {getattr(run, key)}")
     for key in ("checkpoint_every", "seed", "num_cpus", "eval_every", "early_stop_patience"):
         check(src, f"run.{key}", getattr(run, key) >= 0, f"must be >= 0, got {getattr(run, key)}")
+    check(src, "run.seed", run.seed <= MAX_RUN_SEED,
+          f"must be <= 2**32 - 1 (RLlib seeds numpy with it), got {run.seed}")
     for key, rule in MODEL_KEYS.items():  # the Q module's rules
         value = getattr(model, key)
         check(src, f"model.{key}", rule.allows(value), rule.settings_message(value))
@@ -290,7 +294,8 @@ def _validate_algo(a: AlgoSettings, src: str) -> None:
         check(src, f"algo.{key}", getattr(a, key) >= 0, f"must be >= 0, got {getattr(a, key)}")
     for key in ("num_gpus_per_learner", "num_gpus_per_env_runner"):
         value = getattr(a, key)
-        check(src, f"algo.{key}", value == -1 or value >= 0, f"must be -1 (auto) or >= 0, got {value}")
+        check(src, f"algo.{key}", value == -1 or 0 <= value < math.inf, f"must be -1 (auto) or a finite number >= 0, "
+                                                                          f"got {value}")
     where = "algo.custom_resources_per_env_runner"
     for name, amount in a.custom_resources_per_env_runner.items():
         check(src, where, isinstance(name, str) and bool(name),

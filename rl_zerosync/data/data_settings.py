@@ -42,7 +42,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from rl_zerosync.data.loaders import check_periods_per_year
+from rl_zerosync.data.loaders import check_periods_per_year, check_spread_keys
 from rl_zerosync.data.market import (
     DEFAULT_MAX_ABS_LOG_RETURN, SPLITS, FeatureConfig, MarketData, check_fractions, check_market_log_returns,
     check_max_abs_log_return, check_window,
@@ -57,6 +57,8 @@ _SYNTHETIC = ("num_assets", "num_bars", "seed", "synthetic", "regenerate_every",
 _FILES = ("paths", "columns", "asset_column", "names", "spread_source", "spread_bps", "cs_window",
           "min_spread_bps", "timestamp_format", "dayfirst", "max_spread_bps", "timestamp_unit")
 DEFAULT_SPLIT = {"train": 0.7, "validation": 0.15, "test": 0.15}
+SYNTHETIC_INT_MINIMA = {"num_assets": 1, "num_bars": 2, "seed": 0}
+"""The smallest ``num_assets``, ``num_bars`` and ``seed`` of the synthetic source (the generator's rules)."""
 
 
 def split_fractions(value: Any) -> tuple[float, float, float]:
@@ -171,6 +173,17 @@ class DataSettings:
             raise ValueError(f"data.synthetic: unknown model keyword(s) {unknown}; "
                              f"allowed: {list(synthetic_keywords())}")
         out["synthetic"] = dict(model)
+        if source == "synthetic":
+            from rl_zerosync.data.synthetic import check_model
+
+            for key, minimum in SYNTHETIC_INT_MINIMA.items():
+                value = cfg.get(key, getattr(cls, key))
+                if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                    raise ValueError(f"data.{key}: expected an int >= {minimum}, got {value!r}")
+            check_model(**model)
+        else:
+            check_spread_keys(**{k: cfg[k] for k in ("spread_bps", "cs_window", "min_spread_bps", "max_spread_bps")
+                                 if k in cfg})
         if source != "synthetic" and "paths" not in cfg:
             raise ValueError(f"data.paths: required for source {source!r}")
         return cls(**out)

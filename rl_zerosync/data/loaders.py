@@ -81,13 +81,7 @@ def load_market(
         raise ValueError("data.paths: expected at least one file, got none")
     if spread_source not in SPREAD_SOURCES:
         raise ValueError(f"data.spread_source: expected one of {SPREAD_SOURCES}, got {spread_source!r}")
-    if spread_bps is not None and (not isinstance(spread_bps, (int, float)) or not math.isfinite(spread_bps) or spread_bps < 0):
-        raise ValueError(f"data.spread_bps: expected a finite number >= 0, got {spread_bps!r}")
-    if isinstance(cs_window, bool) or not isinstance(cs_window, int) or cs_window < 1:
-        raise ValueError(f"data.cs_window: expected an int >= 1, got {cs_window!r}")
-    if not isinstance(min_spread_bps, (int, float)) or not math.isfinite(min_spread_bps) or min_spread_bps < 0:
-        raise ValueError(f"data.min_spread_bps: expected a finite number >= 0, got {min_spread_bps!r}")
-    check_max_spread_bps(max_spread_bps, min_spread_bps, spread_bps)
+    check_spread_keys(spread_bps, cs_window, min_spread_bps, max_spread_bps)
     unknown = sorted(set(columns or {}) - set(COLUMN_KEYS))
     if unknown:
         raise ValueError(f"data.columns: unknown key(s) {unknown}; allowed keys are {list(COLUMN_KEYS)}")
@@ -139,13 +133,40 @@ def load_market(
     return replace(market, source_info=info)
 
 
+MAX_SPREAD_BPS = 10_000.0
+"""The largest spread setting in basis points (``spread_bps``, ``min_spread_bps``, ``max_spread_bps``):
+10,000 bps are the whole price."""
+
+
+def _bps(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and 0 <= value <= MAX_SPREAD_BPS
+
+
+def check_spread_keys(spread_bps: Any = None, cs_window: Any = 5, min_spread_bps: Any = 0.1,
+                      max_spread_bps: Any = None) -> None:
+    """``data.spread_bps`` (None or in [0, 10,000]), ``data.cs_window`` (an int >= 1),
+    ``data.min_spread_bps`` (in [0, 10,000]) and ``data.max_spread_bps`` (:func:`check_max_spread_bps`):
+    ValueError naming the key. The loader's defaults are the arguments' defaults; checked at load and
+    by :func:`load_market`."""
+    if spread_bps is not None and not _bps(spread_bps):
+        raise ValueError(f"data.spread_bps: expected a finite number in [0, {MAX_SPREAD_BPS:g}] (bps), "
+                         f"got {spread_bps!r}")
+    if isinstance(cs_window, bool) or not isinstance(cs_window, int) or cs_window < 1:
+        raise ValueError(f"data.cs_window: expected an int >= 1, got {cs_window!r}")
+    if not _bps(min_spread_bps):
+        raise ValueError(f"data.min_spread_bps: expected a finite number in [0, {MAX_SPREAD_BPS:g}] (bps), "
+                         f"got {min_spread_bps!r}")
+    check_max_spread_bps(max_spread_bps, min_spread_bps, spread_bps)
+
+
 def check_max_spread_bps(value: Any, min_spread_bps: float, spread_bps: float | None) -> None:
-    """``data.max_spread_bps``: None (no cap) or a finite number >= ``data.min_spread_bps`` and >=
-    ``data.spread_bps`` when that is set (ValueError naming the keys)."""
+    """``data.max_spread_bps``: None (no cap) or a number in (0, 10,000] >= ``data.min_spread_bps`` and
+    >= ``data.spread_bps`` when that is set (ValueError naming the keys)."""
     if value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"data.max_spread_bps: expected a finite number > 0 (or null: no cap), got {value!r}")
+    if not _bps(value) or value == 0:
+        raise ValueError(f"data.max_spread_bps: expected a finite number in (0, {MAX_SPREAD_BPS:g}] (bps; or null: "
+                         f"no cap), got {value!r}")
     if value < min_spread_bps:
         raise ValueError(f"data.max_spread_bps: expected a cap >= data.min_spread_bps = {min_spread_bps:g}, got {value!r}")
     if spread_bps is not None and spread_bps > value:

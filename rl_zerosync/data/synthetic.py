@@ -60,15 +60,9 @@ def synthetic_series(
     _check("num_assets", num_assets, integer=True, lo=1)
     _check("num_bars", num_bars, integer=True, lo=2)
     _check("seed", seed, integer=True, lo=0)
-    for name, v, lo, hi in (
-        ("vol_mean", vol_mean, 0.0, 1.0), ("vol_persistence", vol_persistence, 0.0, 1.0),
-        ("p_stay_trend", p_stay_trend, 0.0, 1.0), ("p_stay_revert", p_stay_revert, 0.0, 1.0),
-        ("revert_strength", revert_strength, 0.0, 1.0),
-    ):
-        _check(name, v, lo=lo, hi=hi, open_lo=name == "vol_mean", open_hi=name in ("vol_persistence", "revert_strength"))
-    for name, v in (("vol_of_vol", vol_of_vol), ("trend_drift", trend_drift), ("spread_bps", spread_bps),
-                    ("spread_vol_elasticity", spread_vol_elasticity), ("spread_noise", spread_noise)):
-        _check(name, v, lo=0.0)
+    check_model(vol_mean=vol_mean, vol_persistence=vol_persistence, vol_of_vol=vol_of_vol, p_stay_trend=p_stay_trend,
+                p_stay_revert=p_stay_revert, trend_drift=trend_drift, revert_strength=revert_strength,
+                spread_bps=spread_bps, spread_vol_elasticity=spread_vol_elasticity, spread_noise=spread_noise)
     rng = np.random.default_rng(seed)
     a, n = num_assets, num_bars
     m = math.log(vol_mean)
@@ -140,6 +134,29 @@ def synthetic_bars(close: np.ndarray, sigma: np.ndarray, seed: int) -> dict[str,
     high = np.maximum(opened, close) * np.exp(0.5 * sigma * np.abs(b))
     low = np.minimum(opened, close) * np.exp(-0.5 * sigma * np.abs(c))
     return {"open": opened, "high": high, "low": low}
+
+
+MODEL_RANGES = {
+    "vol_mean": (0.0, 1.0, True, False), "vol_persistence": (0.0, 1.0, False, True),
+    "p_stay_trend": (0.0, 1.0, False, False), "p_stay_revert": (0.0, 1.0, False, False),
+    "revert_strength": (0.0, 1.0, False, True), "vol_of_vol": (0.0, None, False, False),
+    "trend_drift": (0.0, None, False, False), "spread_bps": (0.0, 10_000.0, False, False),
+    "spread_vol_elasticity": (0.0, None, False, False), "spread_noise": (0.0, None, False, False),
+}
+"""Each model keyword's range ``(lo, hi, lo excluded, hi excluded)`` (``hi`` None: no upper bound);
+``spread_bps`` at most 10,000 (the whole price)."""
+
+
+def check_model(**model: Any) -> None:
+    """ValueError ``data.synthetic.<name>: ...`` for a model keyword outside :data:`MODEL_RANGES`
+    (the keywords given; ``ohlc`` a bool). What ``data.synthetic`` is checked by at load."""
+    for name, v in model.items():
+        if name == "ohlc":
+            if not isinstance(v, bool):
+                raise ValueError(f"data.synthetic.ohlc: expected true or false, got {v!r}")
+            continue
+        lo, hi, open_lo, open_hi = MODEL_RANGES[name]
+        _check(name, v, lo=lo, hi=hi, open_lo=open_lo, open_hi=open_hi)
 
 
 def _check(name: str, v: Any, *, integer: bool = False, lo: float | None = None, hi: float | None = None,

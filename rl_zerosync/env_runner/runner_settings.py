@@ -17,6 +17,8 @@ __all__ = ["DEVICES", "OUTPUTS", "EpsilonSchedule", "RunnerSettings", "action_mo
            "normalize_epsilon_schedule"]
 
 OUTPUTS = ("columnar", "episodes")
+MAX_SEED = 2**64 - 1
+"""The largest ``seed``: the counter-based RNG of the actions and envs keys seeds in ``[0, 2**64)``."""
 DEVICES = ("auto", "cpu", "cuda")
 
 
@@ -69,9 +71,9 @@ class RunnerSettings:
         if not isinstance(self.overlap, bool):
             raise ValueError(f"runner.overlap must be a bool, got {self.overlap!r}")
         if self.seed is not None and (
-            isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0
+            isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= MAX_SEED
         ):
-            raise ValueError(f"runner.seed must be None or an integer >= 0, got {self.seed!r}")
+            raise ValueError(f"runner.seed must be None or an integer in [0, 2**64 - 1], got {self.seed!r}")
         if self.epsilon is not None:
             object.__setattr__(
                 self, "epsilon", normalize_epsilon_schedule(self.epsilon, field="runner.epsilon")

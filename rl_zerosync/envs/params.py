@@ -43,6 +43,12 @@ LEGACY_EXECUTION_LAG = 0
 key existed: trained, selected and reported under same-bar fills), see :func:`with_recorded_lag`."""
 
 
+MAX_BPS = 10_000.0
+"""The largest ``maker_rebate_bps``: 10,000 bps are the whole notional."""
+MAX_SEED = 2**64 - 1
+"""The largest ``seed``: the counter-based RNG keys seeds in ``[0, 2**64)``."""
+
+
 MAX_ABS_EXPOSURE = 10.0
 """The largest |exposure level| (position as a multiple of equity): beyond 10x a bar's move of 10%
 wipes out the account, and both the agent and buy-and-hold report ruin."""
@@ -94,7 +100,7 @@ class EnvParams:
             raise ValueError(f"EnvParams.stagger_start: expected true or false, got {self.stagger_start!r}")
         _check_int("episode_len", self.episode_len, 1)
         _check_int("window", self.window, 1)
-        _check_int("seed", self.seed, 0)
+        _check_int("seed", self.seed, 0, MAX_SEED)
         levels = _float_tuple("exposure_levels", self.exposure_levels)
         if len(levels) != NUM_EXPOSURES:
             raise ValueError(f"EnvParams.exposure_levels: expected {NUM_EXPOSURES} values, got {len(levels)}")
@@ -128,13 +134,16 @@ class EnvParams:
                 raise ValueError(f"EnvParams.{name}: expected a value >= 0, got {value}")
         if self.reward_scale == 0.0:
             raise ValueError("EnvParams.reward_scale: expected a value > 0, got 0.0")
+        if self.fee >= 1.0:
+            raise ValueError(f"EnvParams.fee: expected a fraction of the notional in [0, 1), got {self.fee}")
         if self.stop_drawdown >= 1.0:
             raise ValueError(f"EnvParams.stop_drawdown: expected a value in [0, 1), got {self.stop_drawdown}")
         if isinstance(self.execution_lag, bool) or self.execution_lag not in EXECUTION_LAGS:
             raise ValueError(f"EnvParams.execution_lag: expected one of {EXECUTION_LAGS}, got {self.execution_lag!r}")
         rebate = _check_float("maker_rebate_bps", self.maker_rebate_bps)
-        if rebate < 0.0:
-            raise ValueError(f"EnvParams.maker_rebate_bps: expected a value >= 0, got {rebate}")
+        if not 0.0 <= rebate <= MAX_BPS:
+            raise ValueError(f"EnvParams.maker_rebate_bps: expected a value in [0, {MAX_BPS:g}] (bps of the "
+                             f"notional), got {rebate}")
         object.__setattr__(self, "maker_rebate_bps", rebate)
         if self.fill_mode not in FILL_MODES:
             raise ValueError(f"EnvParams.fill_mode: expected one of {FILL_MODES}, got {self.fill_mode!r}")
@@ -163,9 +172,11 @@ def with_recorded_lag(env_cfg: Mapping[str, Any] | None) -> dict[str, Any]:
     return out
 
 
-def _check_int(name: str, value: Any, minimum: int) -> None:
+def _check_int(name: str, value: Any, minimum: int, maximum: int | None = None) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"EnvParams.{name}: expected an int >= {minimum}, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"EnvParams.{name}: expected an int <= {maximum}, got {value!r}")
 
 
 def _check_float(name: str, value: Any) -> float:

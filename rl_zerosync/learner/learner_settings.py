@@ -131,8 +131,8 @@ class LearnerSettings:
     def __post_init__(self) -> None:
         _int("replay_capacity", self.replay_capacity, 1, MAX_CAPACITY)
         _bool("prioritized", self.prioritized)
-        _float("alpha", self.alpha, lo=0.0)
-        _float("beta", self.beta, lo=0.0)
+        _float("alpha", self.alpha, lo=0.0, hi=1.0)
+        _float("beta", self.beta, lo=0.0, hi=1.0)
         _float("priority_eps", self.priority_eps, lo=0.0, strict=True)
         _bool("graph", self.graph)
         _bool("compile", self.compile)

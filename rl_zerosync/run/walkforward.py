@@ -26,6 +26,28 @@ buy-and-hold with block-bootstrap intervals over bars (and seeds, with several),
 the trials counted (rule variants searched in every fold, checkpoints compared in every run).
 
 Synthetic data is rejected: its held-out evaluation uses fresh series from other seeds.
+
+The parent ``<run.dir>/<run.name>`` is locked for the walk (``run.lock``). A walk whose fold
+directories already hold a run, or whose output directory already holds ``walk_forward.json``, is
+refused unless ``resume`` or ``overwrite`` (every fold and the old report cleared before the first
+fold trains). ``resume=True`` (``--resume``) continues an interrupted walk; each fold is
+(:func:`fold_plan`):
+
+* **reused** when it is finished (:func:`finished_fold`): ``evaluation/metrics.json`` holds the
+  fold's test summary on its own segments, the fold's newest checkpoint ``checkpoint/`` is at
+  ``run.iterations`` (or its run state says the early stop ended it), and that ``metrics.json`` was
+  written after the checkpoint's manifest (the evaluation that ends a run comes after its last save;
+  an interrupted run writes no evaluation). Its summary is read back; it is not retrained;
+* **resumed** from its newest valid checkpoint (``train(..., resume=<fold>)``, the single-run
+  machinery: manifest checked, older ones tried in turn) when it has one but is not finished (a
+  fold trained to the end whose evaluation is missing is only evaluated);
+* **restarted** from scratch when it holds a run without a checkpoint to continue;
+* **trained** when its directory holds no run.
+
+Before anything is written, every fold directory with a ``settings.yaml`` is compared with the
+fold's settings now (:func:`rl_zerosync.run.resume_settings.compare`): a changed ``model``, ``env``
+or ``data`` key (a changed K or ``--anchored`` shows as ``data.window``) is a ``ResumeSettingsError``
+naming the key; other changes are printed per fold.
 """
 from __future__ import annotations
 
@@ -41,6 +63,10 @@ from rl_zerosync.data.data_settings import DEFAULT_SPLIT, split_fractions
 from rl_zerosync.data.market import SPLITS, check_window
 
 RESULT_FILE = "walk_forward.json"
+FOLD_METRICS = "metrics.json"
+"""A fold's evaluation report in ``<fold>/evaluation/``: its ``summary`` goes into walk_forward.json."""
+FOLD_PLANS = ("reused", "resumed", "restarted", "trained")
+"""What a walk does with a fold (:func:`fold_plan`)."""
 FILE_SOURCES = ("csv", "parquet")
 # Test-segment summary values pooled (mean over folds) when present in every report that has them.
 
@@ -307,18 +333,114 @@ def _evidence_summary(ev: Mapping[str, Any]) -> dict[str, Any]:
             "trials": ev["trials"]["n"], "ci_method": ev["ci_method"]}
 
 
+def finished_fold(fold_settings) -> tuple[dict[str, Any] | None, str]:
+    """``(report, detail)`` of a finished fold (the module doc's definition): ``report`` is its
+    ``evaluation/metrics.json``, ``detail`` says what made it finished; ``(None, why not)`` for a
+    fold that is not."""
+    from rl_zerosync.rundir.checkpoints import MANIFEST_FILE, RUN_STATE_FILE, checkpoint_candidates, read_run_state
+    from rl_zerosync.rundir.run_dir import EVALUATION_DIR
+
+    run = fold_settings.run
+    path = fold_settings.run_dir / EVALUATION_DIR / FOLD_METRICS
+    if not path.is_file():
+        return None, f"no {EVALUATION_DIR}/{FOLD_METRICS}"
+    try:
+        report = json.loads(path.read_text())  # host read: run metadata
+    except (OSError, ValueError) as err:
+        return None, f"{EVALUATION_DIR}/{FOLD_METRICS} unreadable ({err})"
+    summary = report.get("summary") if isinstance(report, dict) else None
+    if not isinstance(summary, dict) or summary.get("segment") != "test":
+        return None, f"{EVALUATION_DIR}/{FOLD_METRICS} holds no test summary"
+    if report.get("rule_choice_source") != "validation" or report.get("overrides"):
+        return None, f"{EVALUATION_DIR}/{FOLD_METRICS} is an evaluation of other data (--data or --set)"
+    found = checkpoint_candidates(fold_settings.run_dir, "last")
+    if not found:
+        return None, "no checkpoint"
+    newest = found[0]
+    try:
+        state = read_run_state(newest)
+    except (OSError, ValueError) as err:
+        return None, f"{newest.name}/{RUN_STATE_FILE} unreadable ({err})"
+    it = state.get("iteration") if isinstance(state, dict) else None
+    since = state.get("evals_since_best", 0) if isinstance(state, dict) else 0
+    patience = run.early_stop_patience
+    if isinstance(it, int) and it >= run.iterations:
+        ended = f"{newest.name}/ at iteration {it} of {run.iterations}"
+    elif patience and isinstance(since, int) and since >= patience:
+        ended = f"{newest.name}/ at iteration {it}, stopped early"
+    else:
+        return None, f"{newest.name}/ at iteration {it} of {run.iterations}"
+    stamp = newest / MANIFEST_FILE if (newest / MANIFEST_FILE).is_file() else newest / RUN_STATE_FILE
+    if stamp.is_file() and path.stat().st_mtime_ns < stamp.stat().st_mtime_ns:
+        return None, f"{EVALUATION_DIR}/{FOLD_METRICS} is older than {newest.name}/ (trained again since)"
+    return report, f"{EVALUATION_DIR}/{FOLD_METRICS} after {ended}"
+
+
+def fold_plan(fold_settings) -> tuple[str, str, dict[str, Any] | None]:
+    """``(plan, detail, report)``: what a resumed walk does with this fold (one of ``FOLD_PLANS``,
+    see the module doc), why, and the finished fold's ``metrics.json`` (None unless reused)."""
+    from rl_zerosync.rundir.checkpoints import SETTINGS_FILE, checkpoint_candidates, checkpoint_iteration
+    from rl_zerosync.rundir.run_dir import RunDir
+
+    report, detail = finished_fold(fold_settings)
+    if report is not None:
+        return "reused", f"finished: {detail}", report
+    run_dir = fold_settings.run_dir
+    found = checkpoint_candidates(run_dir, "last")
+    if found:
+        it = checkpoint_iteration(found[0])
+        done = isinstance(it, int) and it >= fold_settings.run.iterations
+        return "resumed", (f"from its newest valid checkpoint (newest: {found[0].name}/ at iteration {it} of "
+                           f"{fold_settings.run.iterations}{', training done: evaluating' if done else ''}; "
+                           f"not finished: {detail})"), None
+    if RunDir(run_dir).outputs() or (run_dir / SETTINGS_FILE).is_file():
+        return "restarted", "from scratch: interrupted before its first checkpoint", None
+    return "trained", "from scratch: no run in its directory", None
+
+
+def _label(fold: Mapping[str, Any], k: int) -> str:
+    return f"fold {fold['fold'] + 1}/{k}" + ("" if "seed" not in fold else f", seed {fold['seed']}")
+
+
+def _fresh_folds(folds_settings, out_dir: Path, overwrite: bool) -> None:
+    """A walk without ``resume``: refused (``RunDirError``) when a fold already holds a run or the
+    output directory a report, unless ``overwrite``; then every fold and the old report cleared."""
+    from rl_zerosync.rundir.lock import RunDirError
+    from rl_zerosync.rundir.run_dir import RunDir
+
+    held = [str(s.run_dir) for s in folds_settings if RunDir(s.run_dir).outputs()]
+    report = out_dir / RESULT_FILE
+    if not overwrite and (held or report.is_file()):
+        what = ([f"folds holding a run: {', '.join(held)}"] if held else []) + (
+            [f"{report} exists"] if report.is_file() else [])
+        raise RunDirError(f"walk-forward: {'; '.join(what)}; not retraining over them: pass --resume to continue "
+                          "the walk-forward (finished folds reused) or --overwrite to retrain every fold")
+    if overwrite:
+        for s in folds_settings:
+            if s.run_dir.is_dir():
+                RunDir.claim(s.run_dir, overwrite=True).close()  # under the fold's lock: no live run is cleared
+        if report.is_file():
+            report.unlink()
+            print(f"overwrite: removed {report}", flush=True)
+
+
 def walk_forward(settings, k: int, out_dir: str | Path | None = None, *, overwrite: bool = False,
-                 anchored: bool = False, seeds: Sequence[int] | None = None) -> dict[str, Any]:
+                 anchored: bool = False, seeds: Sequence[int] | None = None, resume: bool = False) -> dict[str, Any]:
     """Train and evaluate K walk-forward folds of ``settings`` (a file data source); returns the
     report written to ``<out_dir>/walk_forward.json`` (default ``out_dir``: the run directory).
 
     ``anchored``: expanding windows (module doc). ``seeds``: every fold once per seed, seeds x folds.
     Every fold's windows and segments are built and checked against ``env`` before the first fold
-    trains. A fold whose training was interrupted ends the walk: the report then has the folds done
-    and ``"complete": false``.
+    trains. ``resume``: continue an interrupted walk (finished folds reused, the interrupted one
+    resumed from its checkpoint; module doc); ``overwrite``: retrain every fold. A fold whose
+    training was interrupted ends the walk: the report then has the folds done, ``"complete": false``
+    and, for a signal, ``"interrupted_by"``.
     """
     from rl_zerosync.run import train as train_module
+    from rl_zerosync.rundir.lock import RunDirError, RunLock
 
+    if resume and overwrite:
+        raise RunDirError("walk-forward: --resume and --overwrite cannot be combined")
     source = (settings.data or {}).get("source", "synthetic")
     if source not in FILE_SOURCES:
         raise WalkForwardError(
@@ -351,25 +473,61 @@ def walk_forward(settings, k: int, out_dir: str | Path | None = None, *, overwri
             if seed is not None:
                 fold["seed"] = seed
             folds.append(fold)
+    changes: list[list[str]] = [[] for _ in folds]
+    if resume:
+        from rl_zerosync.run.resume_settings import compare
+
+        # Read only: a changed fixed key of any fold is refused before anything is written.
+        changes = [compare(s, s.run_dir) for s in folds_settings]
+    with RunLock(settings.run_dir):
+        return _walk(settings, k, out_dir, folds, folds_settings, changes, fractions, windows, anchored, seeds,
+                     resume, overwrite, train_module)
+
+
+def _walk(settings, k, out_dir: Path, folds, folds_settings, changes, fractions, windows, anchored, seeds,
+          resume: bool, overwrite: bool, train_module) -> dict[str, Any]:
+    """:func:`walk_forward` under the parent's lock: plan (or clear) the folds, train, pool, write."""
+    if resume:
+        plans = [fold_plan(s) for s in folds_settings]
+    else:
+        _fresh_folds(folds_settings, out_dir, overwrite)
+        plans = [("trained", "", None)] * len(folds)
     report: dict[str, Any] = {
         "k": k, "config": settings.source, "name": settings.run.name, "split": list(fractions),
         "within": [windows[0][0], windows[-1][1]], "anchored": bool(anchored),
         "seeds": list(seeds) if seeds is not None else None,
         "folds": [], "pooled": {}, "complete": False,
     }
+    if resume:
+        report["resume"] = {plan: [_label(f, k) for f, p in zip(folds, plans) if p[0] == plan] for plan in FOLD_PLANS}
+        print("walk-forward resume: " + "; ".join(f"{plan} {', '.join(names) if names else '-'}"
+                                                   for plan, names in report["resume"].items()), flush=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / RESULT_FILE
-    for fold, fold_cfg in zip(folds, folds_settings):
-        print(f"walk-forward: fold {fold['fold'] + 1}/{k}{'' if 'seed' not in fold else ', seed %d' % fold['seed']}, "
-              f"window {fold['window']}, run {fold['run_dir']}", flush=True)
-        result = train_module.train(fold_cfg, overwrite=overwrite)
-        evaluation = result.get("evaluation") if isinstance(result, Mapping) else None
-        if evaluation is None:
-            print(f"walk-forward: fold {fold['fold']} ended without an evaluation; stopping", flush=True)
-            break
+    for fold, fold_cfg, (plan, detail, finished), changed in zip(folds, folds_settings, plans, changes):
+        line = f"walk-forward: {_label(fold, k)}, window {fold['window']}, run {fold['run_dir']}"
+        if resume:
+            line += f": {plan} {detail}"
+            if changed:
+                line += f" | settings changed since it ran: {', '.join(changed)}"
+        print(line, flush=True)
+        if finished is not None:
+            evaluation = finished
+        else:
+            kwargs = {"resume": str(fold_cfg.run_dir)} if plan == "resumed" else {
+                "overwrite": overwrite or plan == "restarted"}
+            result = train_module.train(fold_cfg, **kwargs)
+            evaluation = result.get("evaluation") if isinstance(result, Mapping) else None
+            if evaluation is None:
+                signum = result.get("interrupted_by") if isinstance(result, Mapping) else None
+                if signum:
+                    report["interrupted_by"] = int(signum)
+                print(f"walk-forward: fold {fold['fold']} ended without an evaluation; stopping (continue the "
+                      "walk-forward with --resume)", flush=True)
+                break
         summary = dict(evaluation.get("summary") or {})
         fold["summary"] = summary
-        metrics = Path(fold["run_dir"]) / "evaluation" / "metrics.json"
+        metrics = Path(fold["run_dir"]) / "evaluation" / FOLD_METRICS
         if metrics.is_file():
             fold["metrics"] = str(metrics)
         report["folds"].append(fold)
