@@ -284,7 +284,7 @@ def _one_line(err: BaseException) -> str:
 def _train_population(settings, args) -> int:
     """``train`` of a config with a ``population:`` section (:mod:`rl_zerosync.population.lockstep`)."""
     from rl_zerosync.learner.training_guard import TrainingHalted
-    from rl_zerosync.population.lockstep import train_population
+    from rl_zerosync.population.drive import train_population
     from rl_zerosync.rundir.lock import RunDirError
 
     for flag, given in (("--resume", args.resume), ("--seeds", args.seeds)):

@@ -355,7 +355,7 @@ def test_population_shards_body(cluster, tmp_path):
     import numpy as np
     import torch
 
-    from rl_zerosync.population.lockstep import train_population
+    from rl_zerosync.population.drive import train_population
     from rl_zerosync.population.shards import ShardedPopulation
 
     seen_nodes: list[str] = []

@@ -160,7 +160,7 @@ def test_a_nan_in_one_members_data_skips_that_member_alone(clean, tmp_path):
 
 def test_a_destructive_learning_rate_is_never_selected(tmp_path):
     from rl_zerosync.population.report import read_report
-    from rl_zerosync.population.lockstep import train_population
+    from rl_zerosync.population.drive import train_population
 
     space = {"seeds": [0], "search": {"algo.lr": {"grid_search": [1e-3, 5.0, 3e-4]}}}
     settings = from_dict(_raw(tmp_path, iterations=10, population=space), "pop.yaml")
@@ -306,7 +306,7 @@ def _pbt_space(shards: int) -> dict:
 
 
 def test_two_shards_give_the_members_of_one_shard_with_pbt_between_them(tmp_path):
-    from rl_zerosync.population.lockstep import train_population
+    from rl_zerosync.population.drive import train_population
     from rl_zerosync.population.shards import shard_members
 
     reports = {}

@@ -1,0 +1,89 @@
+"""``rl-zerosync train`` of a population config to the end: one process
+(:class:`~rl_zerosync.population.lockstep.Population`) or G shards
+(:class:`~rl_zerosync.population.shards.ShardedPopulation`), then the evaluations, the ensemble
+and ``population.json``."""
+from __future__ import annotations
+
+import contextlib
+
+from rl_zerosync.config.settings import Settings
+from rl_zerosync.population.lockstep import Population
+from rl_zerosync.population.members import all_member_settings, member_dir
+from rl_zerosync.population.report import leaderboard_lines, population_report, write_report
+from rl_zerosync.population.space import PopulationSettings, describe, parse_population
+from rl_zerosync.rundir.run_dir import RunDir
+from rl_zerosync.run.train import _Interrupt, init_ray
+
+
+def train_population(settings: Settings, overwrite: bool = False) -> dict:
+    """Train the population of ``settings`` (see the module docstring); returns ``population.json``'s
+    content (plus ``interrupted_by`` when a signal stopped it after the checkpoints were written)."""
+    pop = parse_population(settings.population, settings.source)
+    members = all_member_settings(settings, pop)
+    parent = settings.run_dir
+    with RunDir.claim(parent, overwrite=overwrite) as prd:
+        from rl_zerosync.population.report import ENSEMBLE_DIR
+
+        prd.record("population.json", *(member_dir(parent, m.index).name for m in pop.members),
+                   *([ENSEMBLE_DIR.format(k=pop.ensemble_top_k)] if pop.ensemble_top_k else []))
+        prd.write_settings(settings)
+        init_ray(settings)
+        print(describe(pop), flush=True)
+        if pop.shards > 1:
+            from rl_zerosync.population.shards import ShardedPopulation
+
+            sharded = ShardedPopulation(settings, pop)
+            try:
+                return _run(sharded)
+            finally:
+                sharded.close()
+        with contextlib.ExitStack() as stack:
+            return _run(Population(settings, pop, members, stack))
+
+
+def evaluate_ensemble(settings: Settings, pop: PopulationSettings, rows: list[dict]) -> dict | None:
+    """The mean-Q ensemble of the ``ensemble_top_k`` best members on validation, evaluated like a member
+    (validation and test) into ``ensemble_top<k>/evaluation/``; None when no member validated."""
+    from rl_zerosync.evaluation.evaluate import evaluate_checkpoint
+    from rl_zerosync.population.report import ENSEMBLE_DIR, ensemble_entry, ensemble_members
+
+    top = ensemble_members(rows, settings.run.eval_metric, pop.ensemble_top_k)
+    if not top:
+        return None
+    parent = settings.run_dir
+    name = ENSEMBLE_DIR.format(k=pop.ensemble_top_k)
+    paths = [member_dir(parent, k) for k in top]
+    report = evaluate_checkpoint(paths[0], out_dir=parent / name / "evaluation",
+                                 which=settings.run.eval_checkpoint, ensemble=paths[1:])
+    print(f"ensemble top {len(top)} {top}: {report['summary_line']}", flush=True)
+    return ensemble_entry(top, report, name)
+
+
+def _run(population) -> dict:
+    """Drive a :class:`Population` or a :class:`~rl_zerosync.population.shards.ShardedPopulation` to
+    the end: lockstep iterations, the final checkpoints, the evaluations, ``population.json``."""
+    settings, pop, parent, metric = population.settings, population.pop, population.parent, population.metric
+    with _Interrupt() as interrupt:
+        while not population.done and not interrupt.requested:
+            population.step()
+        population.save()  # inside the handler: a second signal waits for the checkpoints
+    rows = population.rows(population.lineage)
+    if interrupt.requested:
+        report = population_report(pop, metric, rows, parent, partial=True, interrupted_by=interrupt.signum)
+        path = write_report(parent, report)
+        print(f"population: interrupted at iteration {population.iteration}; checkpoints kept; {path} marked "
+              f"partial", flush=True)
+        return report
+    ensemble = None
+    if settings.run.evaluate:
+        for line in population.evaluate_members():
+            print(line, flush=True)
+        rows = population.rows(population.lineage)
+        if pop.ensemble_top_k:
+            ensemble = evaluate_ensemble(settings, pop, rows)
+    report = population_report(pop, metric, rows, parent, ensemble=ensemble)
+    path = write_report(parent, report)
+    for line in leaderboard_lines(report, metric):
+        print(line, flush=True)
+    print(f"population report: {path}", flush=True)
+    return report
