@@ -331,3 +331,15 @@ def test_two_shards_give_the_members_of_one_shard_with_pbt_between_them(tmp_path
         a, b = tmp_path / "s1" / "pop" / f"member{k}", tmp_path / "s2" / "pop" / f"member{k}"
         _same(_arrays(a / "checkpoint"), _arrays(b / "checkpoint"))
         assert _rows(a) == _rows(b), f"member{k}"
+
+
+def test_a_trained_population_is_refused_without_overwrite(evaluated, capsys):
+    from rl_zerosync.cli import main
+
+    parent, _, _ = evaluated
+    config = parent.parent / "pop.yaml"
+    assert main(["train", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "already holds a population" in err and "--overwrite" in err
+    assert main(["train", "--config", str(config), "--resume", str(parent)]) == 2
+    assert "cannot be combined with a population config" in capsys.readouterr().err

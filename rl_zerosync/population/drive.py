@@ -11,6 +11,7 @@ from rl_zerosync.population.lockstep import Population
 from rl_zerosync.population.members import all_member_settings, member_dir
 from rl_zerosync.population.report import leaderboard_lines, population_report, write_report
 from rl_zerosync.population.space import PopulationSettings, describe, parse_population
+from rl_zerosync.rundir.lock import RunDirError
 from rl_zerosync.rundir.run_dir import RunDir
 from rl_zerosync.run.train import _Interrupt, init_ray
 
@@ -21,11 +22,16 @@ def train_population(settings: Settings, overwrite: bool = False) -> dict:
     pop = parse_population(settings.population, settings.source)
     members = all_member_settings(settings, pop)
     parent = settings.run_dir
-    with RunDir.claim(parent, overwrite=overwrite) as prd:
+    again = "pass --overwrite to train the population again (a population is not resumed)"
+    if not overwrite and (parent / "population.json").is_file():
+        raise RunDirError(f"{parent} already holds a population (population.json); {again}")
+    with RunDir.claim(parent, overwrite=overwrite, hint=again) as prd:
         from rl_zerosync.population.report import ENSEMBLE_DIR
 
         prd.record("population.json", *(member_dir(parent, m.index).name for m in pop.members),
                    *([ENSEMBLE_DIR.format(k=pop.ensemble_top_k)] if pop.ensemble_top_k else []))
+        for m in pop.members:  # every member's directory checked before Ray starts
+            RunDir.claim(member_dir(parent, m.index), hint=again).close()
         prd.write_settings(settings)
         init_ray(settings)
         print(describe(pop), flush=True)

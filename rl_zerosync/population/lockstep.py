@@ -125,7 +125,7 @@ def _build(members: list[Settings], pop: PopulationSettings, stack: contextlib.E
     loops: list[TrainLoop] = []
     validator = None
     for k, ms in enumerate(members):
-        rd = stack.enter_context(RunDir.claim(ms.run_dir))
+        rd = stack.enter_context(RunDir.claim(ms.run_dir, hint="pass --overwrite to train the population again"))
         rd.write_settings(ms)
         algo = to_rllib_config(ms).build_algo()
         stack.callback(algo.stop)
