@@ -144,41 +144,102 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the process group of ``proc`` (a ``ray start --block`` head and everything it started)
+    and the processes below it in their own sessions; no other Ray on this host is touched."""
+    below = []
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = entry.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        below.append((int(entry.parent.name), int(fields[1])))
+    kids, todo = set(), [proc.pid]
+    while todo:
+        parent = todo.pop()
+        for pid, ppid in below:
+            if ppid == parent and pid not in kids:
+                kids.add(pid)
+                todo.append(pid)
+    for pid in [proc.pid, *kids]:
+        try:
+            if pid == proc.pid:
+                os.killpg(pid, signal.SIGKILL)
+            else:
+                os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    proc.wait(timeout=60)
+
+
 @pytest.mark.skipif(shutil.which("ray", path=str(BIN)) is None, reason="ray CLI not installed")
 def test_ray_job_submit(tmp_path):
-    """Start a local Ray head, submit the smoke config as a job, check SUCCEEDED + checkpoint."""
+    """Start a private Ray head (its own temp dir and process group), submit the smoke config as a job
+    with the default relative ``run.dir``: SUCCEEDED, and the outputs are in the persistent storage
+    path the header names ($RL_ZEROSYNC_STORAGE), not in Ray's temporary copy of the working directory.
+    Only the processes of this head are stopped."""
+    import tempfile
+
     env = _env()
     env["RAY_AUTH_MODE"] = "token"
     gcs, dash = _free_port(), _free_port()
     ray = str(BIN / "ray")
-    start = subprocess.run(
-        [ray, "start", "--head", f"--port={gcs}", "--node-ip-address=127.0.0.1",
+    temp = Path(tempfile.mkdtemp(prefix="rzs-job-", dir="/tmp"))  # short: Ray's socket paths live below it
+    log = open(tmp_path / "head.log", "w")
+    head = subprocess.Popen(
+        [ray, "start", "--head", "--block", f"--port={gcs}", "--node-ip-address=127.0.0.1",
          "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}", "--include-dashboard=true",
+         f"--dashboard-agent-listen-port={_free_port()}", f"--temp-dir={temp}",
          "--num-cpus=2", "--disable-usage-stats"],
-        capture_output=True, text=True, env=env, timeout=180)
-    assert start.returncode == 0, start.stdout + start.stderr
+        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    storage = tmp_path / "storage"
     try:
         address = f"--address=http://127.0.0.1:{dash}"
         job_id = f"smoke-{dash}"
+        runtime_env = {"excludes": [".venv", "runs", ".git", ".device"],
+                       "env_vars": {"RL_ZEROSYNC_STORAGE": str(storage)}}
         cmd = [ray, "job", "submit", address, f"--submission-id={job_id}", "--working-dir", str(ROOT),
-               "--runtime-env-json", json.dumps({"excludes": [".venv", "runs", ".git", ".device"]}),
+               "--runtime-env-json", json.dumps(runtime_env),
                "--", "rl-zerosync", "train", "--config", "configs/smoke.yaml",
-               "--set", f"run.dir={tmp_path}", "--set", "run.name=job", "--set", "run.iterations=2"]
-        deadline = time.time() + 120
+               "--set", "run.name=job", "--set", "run.iterations=2"]
+        deadline = time.time() + 180
         while True:  # right after `ray start` the head's job agent may not be up yet
+            assert head.poll() is None, (tmp_path / "head.log").read_text()[-3000:]
             out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
-            if out.returncode == 0 or "No available agent" not in out.stdout + out.stderr:
+            text = out.stdout + out.stderr
+            if out.returncode == 0 or not any(s in text for s in ("No available agent", "Failed to connect",
+                                                                   "Connection refused", "ConnectionError")):
                 break
-            assert time.time() < deadline, "the head's job agent did not come up in 120 s"
+            assert time.time() < deadline, "the head's job agent did not come up in 180 s: " + text[-2000:]
             time.sleep(3)
         assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
         status = subprocess.run([ray, "job", "status", address, job_id], capture_output=True, text=True,
                                 env=env, timeout=120)
         # `ray job status` prints "Job '<id>' succeeded" for JobStatus.SUCCEEDED.
         assert f"Job '{job_id}' succeeded" in status.stdout + status.stderr, status.stdout + status.stderr
-        assert (tmp_path / "job" / "checkpoint" / "rllib_checkpoint.json").is_file()
+        run_dir = storage / "runs" / "job"
+        assert f"run: {run_dir} |" in out.stdout, out.stdout[-4000:]  # the header names where outputs go
+        assert (run_dir / "checkpoint" / "rllib_checkpoint.json").is_file()
+        assert (run_dir / "evaluation" / "metrics.json").is_file() and (run_dir / "metrics.jsonl").is_file()
+        assert not (ROOT / "runs" / "job").exists()  # nothing went to the working directory either
     finally:
-        subprocess.run([ray, "stop", "--force"], capture_output=True, env=env, timeout=120)
+        _kill_group(head)
+        log.close()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_a_relative_run_dir_inside_a_job_resolves_against_the_storage_path(tmp_path, monkeypatch):
+    from rl_zerosync.config.settings import load
+    from rl_zerosync.config.storage import DEFAULT_STORAGE, JOB_ENV, STORAGE_ENV
+
+    monkeypatch.delenv(JOB_ENV, raising=False)
+    assert load(SMOKE).run.dir == "runs"  # outside a job: as given
+    monkeypatch.setenv(JOB_ENV, "{}")
+    monkeypatch.setenv(STORAGE_ENV, str(tmp_path))
+    assert load(SMOKE).run_dir == tmp_path / "runs" / "smoke"
+    assert load(SMOKE, [f"run.dir={tmp_path / 'abs'}"]).run.dir == str(tmp_path / "abs")  # absolute: as given
+    monkeypatch.delenv(STORAGE_ENV)
+    assert load(SMOKE).run_dir == Path(DEFAULT_STORAGE).expanduser().resolve() / "runs" / "smoke"
 
 
 def test_evaluate_on_a_user_csv(tmp_path):

@@ -40,6 +40,7 @@ from rl_zerosync.actions import ACTION_MODES, DEFAULT_ACTION_MODE
 from rl_zerosync.rundir.checkpoints import KEEP_LAST
 from rl_zerosync.presets import ALGO_KEYS, MODEL_KEYS, REFUSED_RLLIB_NAMES, RLLIB_ALIASES, check_positive_number
 from rl_zerosync.presets import FILE_DEFAULTS as PRESET
+from rl_zerosync.config.storage import job_run_dir
 from rl_zerosync.config.sections import Section, build_components, learner_config, runner_config
 from rl_zerosync.config.yaml_values import SettingsError, check, coerce_field, epsilon_numbers, float_text, parse_override
 
@@ -377,7 +378,9 @@ def load(path: str | Path, overrides: list[str] | None = None) -> Settings:
         raw = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as err:
         raise SettingsError(f"{path}: not valid YAML: {err}") from err
-    return from_dict(apply_overrides(raw, overrides or []), source=str(path))
+    settings = from_dict(apply_overrides(raw, overrides or []), source=str(path))
+    settings.run.dir = job_run_dir(settings.run.dir)  # inside a Ray job: persistent storage (config/storage.py)
+    return settings
 
 
 def _gpus(value: float) -> float:
