@@ -243,6 +243,11 @@ def _preflight(args) -> None:
     from rl_zerosync.config.settings import load
 
     settings = load(args.config, args.set)
+    if settings.population is not None:  # the population section and every member's settings, first
+        from rl_zerosync.population.members import all_member_settings
+        from rl_zerosync.population.space import parse_population
+
+        all_member_settings(settings, parse_population(settings.population, settings.source))
     if walk and settings.data.get("source") not in ("csv", "parquet"):
         return  # walk_forward names the problem
     # Walk-forward folds build and check their own segments before the first fold trains.

@@ -202,6 +202,11 @@ CASES = [
     ("episode-len-1", lambda d: _csv_cfg(d, env={"episode_len": 1}), ["env.episode_len", ">= 2"]),
     ("exposure-50", lambda d: _csv_cfg(d, env={"exposure_levels": [-50, -1, 0, 1, 50]}),
      ["exposure_levels", "|level| <= 10", "-50"]),
+    ("population-shape-key", lambda d: {**_csv_cfg(d), "population": {"seeds": [0, 1], "search": {
+        "model.hidden": {"choice": [[8], [16]]}}}}, ["population.search", "model.hidden", "separate populations"]),
+    ("population-seed-pinned", lambda d: {**_csv_cfg(d, runner={"seed": 3}), "population": {"seeds": [0, 1]}},
+     ["runner.seed", "population.seeds"]),
+    ("population-no-seeds", lambda d: {**_csv_cfg(d), "population": {"seeds": []}}, ["population.seeds"]),
     ("synthetic-short", lambda d: {"run": {"dir": str(d / "runs")}, "algo": {"num_gpus_per_learner": 0},
                                    "data": {"source": "synthetic", "num_assets": 2, "num_bars": 400},
                                    "env": {"episode_len": 128}, "runner": {"device": "cpu"}},
