@@ -620,6 +620,45 @@ def fault_all_checkpoints_damaged(work: Path, base: Path, weights: str, scribble
     return _fault("checkpoint-all-damaged", [_step("--resume refused", r, failed)])
 
 
+def _tree(path: Path) -> dict[str, bytes]:
+    """Every file below ``path`` (relative name -> bytes)."""
+    return {str(f.relative_to(path)): f.read_bytes() for f in sorted(path.rglob("*")) if f.is_file()}
+
+
+def fault_kill_in_evaluate(work: Path, base: Path) -> dict:
+    """``evaluate`` SIGKILLed while it writes its directory (``<out>.tmp/`` exists): the previous
+    evaluation stays byte for byte, and the next ``evaluate`` replaces the leftover and completes."""
+    root = work / "kill_evaluate"
+    shutil.rmtree(root, ignore_errors=True)
+    out = root / "ev"
+    args = _cli("evaluate", "--checkpoint", str(base), "--out", str(out))
+    first = _run(args, root, "first", timeout=240)
+    steps = [_step("evaluate", first, [] if first["rc"] == 0 and (out / "metrics.json").is_file()
+                   else [f"exit code {first['rc']}: {_tail(first['stderr'])}"])]
+    before = _tree(out)
+    a = Proc(args, root, "killed")
+    tmp = out.parent / (out.name + ".tmp")
+    deadline = time.time() + 240
+    while time.time() < deadline and a.alive() and not tmp.exists():
+        time.sleep(0.002)
+    time.sleep(0.2)  # inside the write
+    landed = tmp.exists() and a.alive()
+    a.kill()
+    r = {"rc": a.p.returncode, "wall_s": round(a.wall or 0.0, 2), "stdout": a.stdout, "stderr": a.stderr}
+    failed = [] if landed else ["the kill did not land while <out>.tmp/ was written"]
+    if _tree(out) != before:
+        failed.append("the previous evaluation changed")
+    steps.append(_step("kill -9 while the evaluation directory is written", r, failed))
+    again = _run(args, root, "again", timeout=240)
+    failed = [] if again["rc"] == 0 else [f"exit code {again['rc']}: {_tail(again['stderr'])}"]
+    if tmp.exists():
+        failed.append("<out>.tmp/ still there after the next evaluate")
+    if not (out / "metrics.json").is_file():
+        failed.append("no metrics.json after the next evaluate")
+    steps.append(_step("evaluate again", again, failed))
+    return _fault("kill-9-in-evaluate", steps)
+
+
 def fault_runner_kill(work: Path, iterations: int) -> dict:
     root = work / "runner_kill"
     run_dir = root / "r"
@@ -905,6 +944,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
             for kind, (damage, rel, what) in integrity.DAMAGE.items():
                 fault(fault_checkpoint_damage, work, base, kind, damage, rel, what)
             fault(fault_all_checkpoints_damaged, work, base, integrity.WEIGHTS, integrity._scribble)
+            fault(fault_kill_in_evaluate, work, base)
         fault(fault_runner_kill, work, FULL_ITERS)
         fault(fault_data_error_remote_runners, work, data_dir, preflight)
         fault(fault_overwrite_keeps_other_files, work, 2)
