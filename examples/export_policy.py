@@ -65,11 +65,11 @@ live = Policy.from_export(meta["path"], spread_bps=args.spread_bps) if args.form
 
 position = 0.0
 print(f"{'bar':>5} {'exposure':>8} {'target':>7} {'order type':>10} {'urgency':>8}")
-for step, end in enumerate(range(len(bars) - 5, len(bars))):  # step: bars traded this episode
-    action = policy.act(bars.iloc[: end + 1], position=position, step=step)
+for end in range(len(bars) - 5, len(bars)):  # live: episode_progress is the sidecar's live_value
+    action = policy.act(bars.iloc[: end + 1], position=position)
     exposure, order_type, urgency = action
     if live is not None:  # the TorchScript file gives the same action, with no Ray and no training code
-        assert live.act(bars.iloc[: end + 1], position=position, step=step) == action
+        assert live.act(bars.iloc[: end + 1], position=position) == action
     print(f"{end:5d} {exposure:8d} {policy.target_position(action):7.2f} {order_type.name:>10} {urgency.name:>8}")
     position = policy.target_position(action)
 print("policy acted on", len(bars), "bars")

@@ -238,7 +238,7 @@ def test_bad_bars_are_named(setup):
         policy.act("prices.csv")
     with pytest.raises(ValueError, match=r"position: expected a finite number"):
         policy.act(bars, position=float("nan"))
-    with pytest.raises(ValueError, match=r"step: expected an int >= 0"):
+    with pytest.raises(ValueError, match=r"step: expected None \(live\) or an int >= 0"):
         policy.act(bars, step=-1)
 
 
@@ -312,3 +312,203 @@ def test_onnx_matches_torchscript(setup, tmp_path):
         outputs.append(onnxruntime.InferenceSession(res["path"]).run(None, feeds)[0])
     for out in outputs:
         assert out.dtype == np.int64 and np.array_equal(out, expected)
+
+
+# ---------------------------------------------------------------------------------------- the sidecar
+def _sidecar_inputs(sidecar: dict, bars: dict, position: float) -> tuple[np.ndarray, np.ndarray]:
+    """(obs f32[D], market f32[4]) at the last of ``bars`` ({column: float64 array}, oldest first),
+    live, computed from the sidecar's fields alone: numpy and the formulas of ``series`` and
+    ``inputs.*.elements``, no package code (how another language would serve the export)."""
+    series, inputs = sidecar["series"], sidecar["inputs"]
+    close = np.asarray(bars["close"], dtype=np.float64)
+    n = len(close)
+    assert n >= sidecar["bars"]["min_bars"]
+    T = n - 1
+    # spread[t], by spread_source (auto: bid_ask, else corwin_schultz, else fixed)
+    sp = series["spread"]["params"]
+    source = series["spread"]["spread_source"]
+    if source == "auto":
+        source = ("bid_ask" if "bid" in bars and "ask" in bars else "corwin_schultz" if "high" in bars and "low" in bars
+                  else "fixed")
+    if source == "bid_ask":
+        bid, ask = np.asarray(bars["bid"], np.float64), np.asarray(bars["ask"], np.float64)
+        spread = (ask - bid) / ((ask + bid) / 2)
+    elif source == "corwin_schultz":
+        high, low = np.asarray(bars["high"], np.float64), np.asarray(bars["low"], np.float64)
+        beta = np.log(high[:-1] / low[:-1]) ** 2 + np.log(high[1:] / low[1:]) ** 2
+        gamma = np.log(np.maximum(high[:-1], high[1:]) / np.minimum(low[:-1], low[1:])) ** 2
+        k = 3 - 2 * np.sqrt(2)
+        alpha = (np.sqrt(2 * beta) - np.sqrt(beta)) / k - np.sqrt(gamma / k)
+        s = np.maximum(2 * (np.exp(alpha) - 1) / (1 + np.exp(alpha)), 0)  # s[t] for t = 1 .. T
+        w = sp["cs_window"]
+        csum = np.concatenate(([0.0], np.cumsum(s)))
+        t = np.arange(1, n)
+        lo = np.maximum(1, t - w + 1)
+        mean = (csum[t] - csum[lo - 1]) / (t - lo + 1)
+        spread = np.concatenate(([0.0], mean))
+        spread = np.maximum(spread, sp["min_spread_bps"] * 1e-4)
+    else:
+        spread = np.full(n, sp["spread_bps"] * 1e-4)
+    if sp["max_spread_bps"] is not None:
+        spread = np.minimum(spread, sp["max_spread_bps"] * 1e-4)
+    log_ret = np.zeros(n)
+    log_ret[1:] = np.log(close[1:] / close[:-1])
+    v = series["vol"]["params"]
+    vol = np.full(n, v["vol_floor"])
+    num = den = 0.0
+    for t in range(1, n):
+        num = v["decay"] * num + log_ret[t] ** 2
+        den = v["decay"] * den + 1.0
+        vol[t] = np.sqrt(num / den)
+    r = series["ret_norm"]["params"]
+    ret_norm = np.zeros(n)
+    ret_norm[1:] = np.clip(log_ret[1:] / np.maximum(vol[:-1], r["vol_floor"]), -r["ret_clip"], r["ret_clip"])
+    w = series["median_spread"]["params"]["median_window"]
+    median_spread = np.median(spread[max(0, T - w + 1): T + 1])
+    w = series["median_vol"]["params"]["median_window"]
+    median_vol = np.median(vol[max(0, T - w + 1): T + 1])
+    o = series["obs_spread"]["params"]
+    obs_spread = np.clip(np.log(max(spread[T], o["tiny"]) / max(median_spread, o["tiny"])),
+                         -o["ratio_clip"], o["ratio_clip"])
+    o = series["obs_vol"]["params"]
+    obs_vol = np.clip(np.log(max(vol[T], o["vol_floor"]) / max(median_vol, o["vol_floor"])),
+                      -o["ratio_clip"], o["ratio_clip"])
+    values = {"obs_spread": obs_spread, "obs_vol": obs_vol, "position": position, "spread": spread[T],
+              "median_spread": median_spread, "vol": vol[T], "median_vol": median_vol}
+    out = []
+    for name in ("obs", "market"):
+        vec = np.full(inputs[name]["shape"][1], np.nan)
+        for el in inputs[name]["elements"]:
+            a, b = el["index"]
+            if el["name"] == "ret_norm":
+                vec[a:b] = ret_norm[T - (b - a) + 1: T + 1]
+            elif el["name"] == "episode_progress":
+                vec[a:b] = el["live_value"]
+            else:
+                vec[a:b] = values[el["name"]]
+            assert el["dtype"] == "float32"
+        assert not np.isnan(vec).any()
+        out.append(vec.astype(np.float32))
+    return out[0], out[1]
+
+
+def _windows(count: int, seed: int, ohlc: bool):
+    """``count`` random windows (bars as {column: array}, position) of a fresh synthetic series:
+    lengths from min_bars to past recommended_bars, closes with bid/ask or with open/high/low."""
+    from rl_zerosync.data.synthetic import synthetic_series
+
+    raw = synthetic_series(1, 1500, seed=seed)
+    close, spread = raw["close"][0], raw["spread"][0]
+    rng = np.random.default_rng(seed)
+    if ohlc:
+        high = close * (1 + spread * rng.uniform(0.2, 3.0, len(close)))
+        low = close * (1 - spread * rng.uniform(0.2, 3.0, len(close)))
+        cols = {"open": np.clip(close * (1 + spread * rng.normal(0, 1, len(close))), low, high), "high": high,
+                "low": low, "close": close}
+    else:
+        cols = {"close": close, "bid": close * (1 - spread / 2), "ask": close * (1 + spread / 2)}
+    out = []
+    for _ in range(count):
+        n = int(rng.integers(34, 700))
+        end = int(rng.integers(n, len(close) + 1))
+        pos = float(rng.choice([-1.0, -0.5, 0.0, 0.5, 1.0])) if rng.random() < 0.7 else float(rng.uniform(-1, 1))
+        out.append(({k: v[end - n: end] for k, v in cols.items()}, pos))
+    return out
+
+
+@pytest.mark.parametrize("mode", ["routed", "flat"])
+def test_onnx_served_from_the_sidecar_matches_policy_act(setup, mode, tmp_path):
+    """The ONNX export in onnxruntime, fed inputs built from raw bars by the sidecar's formulas alone,
+    gives Policy.act's actions (live: no step) on 500 random windows with bid/ask and 200 with OHLC."""
+    ort = pytest.importorskip("onnxruntime")
+    from rl_zerosync.serving.export import export_policy, missing_onnx_packages
+    from rl_zerosync.serving.policy import Policy
+
+    if missing_onnx_packages():
+        pytest.skip(f"ONNX export needs {', '.join(missing_onnx_packages())} (not installed)")
+    res = export_policy(setup[mode], "onnx", tmp_path / "p.onnx")
+    sidecar = json.loads(Path(res["metadata_path"]).read_text())
+    policy = Policy.from_checkpoint(setup[mode])
+    windows = _windows(500, seed=11, ohlc=False) + _windows(200, seed=12, ohlc=True)
+    feeds = [_sidecar_inputs(sidecar, bars, pos) for bars, pos in windows]
+    obs = np.stack([f[0] for f in feeds])
+    market = np.stack([f[1] for f in feeds])
+    out = ort.InferenceSession(res["path"]).run(None, {"obs": obs, "market": market})[0]
+    expected = [policy.act(bars, position=pos) for bars, pos in windows]
+    assert out.dtype == np.int64 and out.shape == (len(windows), 4)
+    got = [tuple(int(x) for x in row[1:]) for row in out]
+    assert got == [tuple(int(x) for x in a) for a in expected]
+    assert out[:, 0].tolist() == [a.index for a in expected]
+    levels = sidecar["actions"]["exposure_levels"]
+    assert [levels[e] for e, _, _ in got] == [policy.target_position(a) for a in expected]
+    # the windows exercise different actions; the inputs are the policy's own to float32 rounding
+    assert len(set(out[:, 1].tolist())) > 1 or mode == "flat"
+    for (bars, pos), (ob, mk) in zip(windows[:50] + windows[-50:], feeds[:50] + feeds[-50:]):
+        ref = policy.observe(bars, position=pos)
+        np.testing.assert_allclose(ob, ref.obs, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(mk, ref.market, rtol=1e-6, atol=0)
+    if mode == "routed":
+        assert len({(o, u) for _, o, u in got}) > 1
+
+
+def test_sidecar_formulas_are_the_codes(setup, tmp_path):
+    """Every constant of the sidecar is the code's and the run's; the live progress is Policy.act's."""
+    import dataclasses
+
+    from rl_zerosync.actions import OrderType, Urgency
+    from rl_zerosync.data.market import TINY, FeatureConfig
+    from rl_zerosync.envs.params import EnvParams
+    from rl_zerosync.serving.export import MARKET_COLUMNS, OUTPUT_COLUMNS, export_policy
+    from rl_zerosync.serving.policy import Policy
+
+    res = export_policy(setup["routed"], "torchscript", tmp_path / "p.pt")
+    side = json.loads(Path(res["metadata_path"]).read_text())
+    settings = yaml.safe_load((setup["routed"] / "checkpoint" / "settings.yaml").read_text())
+    feats = FeatureConfig.from_dict(settings["data"]["features"])
+    params = EnvParams.from_dict(settings["env"])
+    s = side["series"]
+    assert side["format_version"] == 2
+    assert s["vol"]["params"] == {"vol_halflife": feats.vol_halflife, "decay": 0.5 ** (1 / feats.vol_halflife),
+                                  "vol_floor": feats.vol_floor}
+    assert s["ret_norm"]["params"] == {"vol_floor": feats.vol_floor, "ret_clip": feats.ret_clip}
+    assert s["median_spread"]["params"] == s["median_vol"]["params"] == {"median_window": feats.median_window}
+    assert s["obs_spread"]["params"] == {"tiny": TINY, "ratio_clip": feats.ratio_clip}
+    assert s["obs_vol"]["params"] == {"vol_floor": feats.vol_floor, "ratio_clip": feats.ratio_clip}
+    assert s["spread"]["spread_source"] == side["data"]["spread_source"] == "auto"
+    assert s["spread"]["params"] == {k: side["data"][k] for k in s["spread"]["params"]}
+    assert side["bars"]["min_bars"] == side["min_bars"] == max(feats.warmup, params.window) + 2
+    # the elements tile each input in order, as observe() and route_inputs() lay them out
+    for name, width in (("obs", params.observation_dim), ("market", len(MARKET_COLUMNS))):
+        spans = [el["index"] for el in side["inputs"][name]["elements"]]
+        assert [a for a, _ in spans] == [0] + [b for _, b in spans[:-1]] and spans[-1][1] == width
+    names = [el["name"] for el in side["inputs"]["obs"]["elements"]]
+    assert names == ["ret_norm", "position", "obs_spread", "obs_vol", "episode_progress"]
+    assert [el["name"] for el in side["inputs"]["market"]["elements"]] == list(MARKET_COLUMNS)
+    a = side["actions"]
+    assert [c["name"] for c in a["columns"]] == list(OUTPUT_COLUMNS)
+    assert a["exposure_levels"] == list(params.exposure_levels)
+    assert {k: v["name"] for k, v in a["order_types"].items()} == {str(int(o)): o.name for o in OrderType}
+    assert a["urgencies"] == {str(int(u)): u.name for u in Urgency}
+    for table in ("fill_prob", "spread_frac", "impact"):
+        assert a["tables"][table] == [list(r) for r in getattr(params, table)]
+    assert all(f">= {side['routing'][k]}" in a["routing_rule"] for k in ("wide", "high_vol"))
+    # live episode_progress: the sidecar's value is what Policy.act feeds when given no step
+    prog = side["inputs"]["obs"]["elements"][-1]
+    assert prog["live_step"] == params.episode_len // 2 and prog["live_value"] == 0.5 and prog["why"]
+    policy = Policy.from_export(res["path"])
+    assert policy.live_step == prog["live_step"]
+    bars = setup["frame"].iloc[:600]
+    assert policy.observe(bars, position=0.5).obs[-1] == np.float32(prog["live_value"])
+    assert policy.observe(bars, position=0.5, step=3).obs[-1] == np.float32(3 / 32)
+    assert policy.act(bars, position=0.5) == policy.act(bars, position=0.5, step=prog["live_step"])
+    # exports written before the live value existed get the same one
+    old = {k: v for k, v in policy.metadata.items() if k != "inputs"}
+    assert Policy(policy.net, old).live_step == prog["live_step"]
+    # the reference implementation reads its constants from the sidecar: another one gives other inputs
+    cols = {c: bars[c].to_numpy(dtype=np.float64) for c in ("close", "bid", "ask")}
+    obs, _ = _sidecar_inputs(side, cols, 0.5)
+    np.testing.assert_allclose(obs, policy.observe(bars, position=0.5).obs, rtol=1e-6, atol=1e-6)
+    changed = json.loads(json.dumps(side))
+    changed["series"]["vol"]["params"]["decay"] = 0.5
+    assert not np.allclose(_sidecar_inputs(changed, cols, 0.5)[0], obs)
+    assert dataclasses.asdict(feats) == side["features"]

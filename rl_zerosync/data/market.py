@@ -39,7 +39,8 @@ TENSOR_FIELDS = (
 OPTIONAL_FIELDS = ("open", "high", "low")
 """Bar prices a source may lack (None in ``MarketData`` then); padded like levels."""
 SPLITS = ("train", "validation", "test")
-_TINY = 1e-12
+TINY = 1e-12
+"""Floor of a spread and its median inside ``obs_spread``'s logarithm (a zero spread stays finite)."""
 DEFAULT_MAX_ABS_LOG_RETURN = 0.5
 """Default of ``data.max_abs_log_return``: a close-to-close move beyond +-0.5 in log (x1.65 or
 x0.61 in one bar) is taken as bad data (a spike, a missing split adjustment, a unit change)."""
@@ -292,7 +293,7 @@ def compute_features(close: np.ndarray, spread: np.ndarray, cfg: FeatureConfig) 
     ret_norm[0] = 0.0
     median_spread = pd.Series(spread).rolling(cfg.median_window, min_periods=1).median().to_numpy()
     median_vol = pd.Series(vol).rolling(cfg.median_window, min_periods=1).median().to_numpy()
-    obs_spread = np.log(np.maximum(spread, _TINY) / np.maximum(median_spread, _TINY))
+    obs_spread = np.log(np.maximum(spread, TINY) / np.maximum(median_spread, TINY))
     obs_vol = np.log(np.maximum(vol, cfg.vol_floor) / np.maximum(median_vol, cfg.vol_floor))
     obs_spread = np.clip(obs_spread, -cfg.ratio_clip, cfg.ratio_clip)
     obs_vol = np.clip(obs_vol, -cfg.ratio_clip, cfg.ratio_clip)

@@ -20,8 +20,12 @@ run's thresholds), so it maps a batch of observations to actions with no Ray and
 The metadata (:func:`policy_metadata`: action mode, observation layout, window, episode length,
 exposure levels, feature settings, spread settings of the data, routing thresholds) is written beside
 the file as ``<out>.json`` and also inside it (TorchScript extra file ``metadata.json``; ONNX model
-metadata ``rl_zerosync``). :class:`rl_zerosync.serving.policy.Policy` turns raw bars into ``obs`` and
-``market`` with the training features and runs either the checkpoint or an exported TorchScript file.
+metadata ``rl_zerosync``). It describes every input as a formula of raw bars and the agent's state
+(:mod:`rl_zerosync.serving.sidecar`: ``bars``, ``series``, ``inputs.obs.elements``,
+``inputs.market.elements``, ``actions``), so the model can be served with no package code, and gives
+``episode_progress`` its live value. :class:`rl_zerosync.serving.policy.Policy` turns raw bars into
+``obs`` and ``market`` with the training features and runs either the checkpoint or an exported
+TorchScript file.
 
 ONNX export needs the ``onnx`` and ``onnxscript`` packages (``pip install onnx onnxscript``);
 without them it raises ``ModuleNotFoundError`` naming the missing one.
@@ -48,16 +52,15 @@ from torch import nn
 
 from rl_zerosync.actions import OrderType, Urgency, decode_t
 from rl_zerosync.kernels.reference import route
+from rl_zerosync.serving.sidecar import MARKET_COLUMNS, OUTPUT_COLUMNS, input_spec
 
 FORMATS = ("torchscript", "onnx")
 SUFFIX = {"torchscript": ".pt", "onnx": ".onnx"}
-MARKET_COLUMNS = ("spread", "median_spread", "vol", "median_vol")
-"""Columns of the ``market`` input (the route kernel's inputs at the observation's bar)."""
-OUTPUT_COLUMNS = ("action", "exposure", "order_type", "urgency")
-"""Columns of the output: factored action index and its exposure, order type and urgency."""
 METADATA_FILE = "metadata.json"
 """Name of the metadata inside a TorchScript file (``torch.jit.load(..., _extra_files=...)``)."""
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""2: the inputs as formulas of raw bars (:func:`rl_zerosync.serving.sidecar.input_spec`) and the live
+value of ``episode_progress``; 1: names and feature settings only."""
 _SPREAD_KEYS = ("spread_source", "spread_bps", "cs_window", "min_spread_bps", "timestamp_format", "dayfirst",
                 "max_spread_bps")
 
@@ -140,20 +143,29 @@ def policy_metadata(settings: dict, checkpoint: Path | None = None, run_state: d
     layout = [f"ret_norm[t-{k - 1 - i}]" if i < k - 1 else "ret_norm[t]" for i in range(k)]
     layout += ["position", "obs_spread", "obs_vol", "episode_progress"]
     min_bars = max(features.warmup, k) + 2
+    # EWMA weight beyond 20 half-lives is 2**-20; the medians need median_window bars.
+    recommended = max(min_bars, features.median_window + k, math.ceil(20 * features.vol_halflife))
     run_state = run_state or {}
     mode = settings["model"]["action_mode"]
+    routing = resolved_routing(settings)
+    data_meta = _data_metadata(data)
+    spec = input_spec(params, features, data_meta, mode, routing, min_bars, recommended)
     return {
         "format_version": FORMAT_VERSION,
         "checkpoint": str(checkpoint) if checkpoint is not None else None,
         "checkpoint_iteration": run_state.get("iteration"),
         "action_mode": mode,
         "inputs": {
-            "obs": {"dtype": "float32", "shape": ["batch", params.observation_dim], "columns": layout},
+            "obs": {"dtype": "float32", "shape": ["batch", params.observation_dim], "columns": layout,
+                    "elements": spec["obs"]},
             "market": {"dtype": "float32", "shape": ["batch", len(MARKET_COLUMNS)], "columns": list(MARKET_COLUMNS),
-                       "used": mode == "routed"},
+                       "used": mode == "routed", "elements": spec["market"]},
         },
+        "bars": spec["bars"],
+        "series": spec["series"],
         "output": {"name": "actions", "dtype": "int64", "shape": ["batch", len(OUTPUT_COLUMNS)],
                    "columns": list(OUTPUT_COLUMNS)},
+        "actions": spec["actions"],
         "action_layout": "action = exposure * 9 + order_type * 3 + urgency",
         "order_types": [o.name for o in OrderType],
         "urgencies": [u.name for u in Urgency],
@@ -161,12 +173,11 @@ def policy_metadata(settings: dict, checkpoint: Path | None = None, run_state: d
         "episode_len": params.episode_len,
         "exposure_levels": list(params.exposure_levels),
         "execution": execution_metadata(params),
-        "routing": resolved_routing(settings),  # thresholds; applied in routed mode only
+        "routing": routing,  # thresholds; applied in routed mode only
         "features": asdict(features),
-        "data": _data_metadata(data),
+        "data": data_meta,
         "min_bars": min_bars,
-        # EWMA weight beyond 20 half-lives is 2**-20; the medians need median_window bars.
-        "recommended_bars": max(min_bars, features.median_window + k, math.ceil(20 * features.vol_halflife)),
+        "recommended_bars": recommended,
         "torch_version": torch.__version__,
     }
 

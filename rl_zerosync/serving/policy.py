@@ -5,12 +5,12 @@ training features, for paper or live trading.
 
     policy = Policy.from_checkpoint("runs/smoke")         # best-validation checkpoint (needs Ray)
     policy = Policy.from_export("policy.pt")              # or an exported TorchScript file (no Ray)
-    action = policy.act(bars, position=0.5, step=12)      # bars: DataFrame, {column: array}, or closes
+    action = policy.act(bars, position=0.5)               # bars: DataFrame, {column: array}, or closes
     exposure, order_type, urgency = action                # ints 0..4, OrderType, Urgency
     target = policy.target_position(action)               # exposure level, a fraction of equity
 
     # an ONNX export: build its inputs here, run them with onnxruntime
-    obs, market = Policy(None, json.load(open("policy.onnx.json"))).observe(bars, position, step)
+    obs, market = Policy(None, json.load(open("policy.onnx.json"))).observe(bars, position)
 
 ``bars`` are one asset's recent bars, oldest first, the last one the bar to act on: a pandas
 DataFrame with the data loaders' columns (``close`` required; ``high``/``low``, ``bid``/``ask``,
@@ -27,9 +27,13 @@ of training): decided on the last bar's close, sent as a MARKET order for the ne
 LIMIT/PASSIVE order resting over the next bar (:mod:`rl_zerosync.envs.core`); ``execution`` holds
 the run's setting (policies trained before it existed report ``execution_lag`` 0: same-bar fills).
 
-``position`` is the current position as a fraction of equity (the env's ``pos``); ``step`` the
-number of bars traded in the current episode, which only feeds the progress feature ``(step %
-episode_len) / episode_len`` (evaluation cycles it every ``episode_len`` bars the same way).
+``position`` is the current position as a fraction of equity (the env's ``pos``). ``step`` only
+feeds the progress feature ``(step % episode_len) / episode_len``, the fraction of a training
+episode elapsed: left out (live trading, no episode) it is the export's live step
+(:func:`~rl_zerosync.serving.sidecar.live_step`, ``episode_len // 2``: the sidecar's ``live_step``
+and ``live_value``), so this class and any implementation of the sidecar feed the same value; an
+int (the bars traded in an episode) replays an env episode or an ``evaluate`` backtest, which
+cycles it every ``episode_len`` bars.
 
 Bad input raises ``ValueError`` naming it: too few bars, NaN or non-positive prices (column and
 row), bid above ask, a return spike beyond ``data.max_abs_log_return``, a missing column, a
@@ -160,7 +164,14 @@ class Policy:
         return float(self.params.exposure_levels[int(action.exposure)])
 
     # ------------------------------------------------------------------------------ acting
-    def act(self, bars: Any, position: float = 0.0, step: int = 0) -> Action:
+    @property
+    def live_step(self) -> int:
+        """The step fed to the progress feature when :meth:`act` gets none (the sidecar's ``live_step``)."""
+        from rl_zerosync.serving.sidecar import live_step_of
+
+        return live_step_of(self.metadata)
+
+    def act(self, bars: Any, position: float = 0.0, step: int | None = None) -> Action:
         """The greedy action at the last of ``bars`` (see the module doc)."""
         ob = self.observe(bars, position, step)
         with torch.no_grad():
@@ -168,14 +179,15 @@ class Policy:
         _, e, o, u = (int(v) for v in out[0].tolist())
         return Action(e, OrderType(o), Urgency(u))
 
-    def observe(self, bars: Any, position: float = 0.0, step: int = 0) -> Observation:
-        """The net's inputs at the last of ``bars``: the env's observation and routing inputs."""
+    def observe(self, bars: Any, position: float = 0.0, step: int | None = None) -> Observation:
+        """The net's inputs at the last of ``bars``: the env's observation and routing inputs
+        (``step`` None: :attr:`live_step`)."""
         from rl_zerosync.envs.core import make_tables, observe, route_inputs
         from rl_zerosync.data.market import build_market
         from rl_zerosync.evaluation.walk import WalkState
 
         pos = _position(position)
-        j = _step(step) % self.params.episode_len
+        j = (self.live_step if step is None else _step(step)) % self.params.episode_len
         close, spread = self._prices(bars)
         market = build_market([close], [spread], names=["bars"], features=self.features)
         # observe() reads only num_bars, win_offsets and params.episode_len of the tables; they are
@@ -248,5 +260,6 @@ def _position(position: Any) -> float:
 
 def _step(step: Any) -> int:
     if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
-        raise ValueError(f"step: expected an int >= 0 (bars traded in the current episode), got {step!r}")
+        raise ValueError(f"step: expected None (live) or an int >= 0 (bars traded in the current episode), "
+                         f"got {step!r}")
     return int(step)
