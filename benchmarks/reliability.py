@@ -812,6 +812,51 @@ def fault_sigterm(work: Path, iterations: int) -> dict:
     return _fault("sigterm-exit-143-then-resume", steps, rows)
 
 
+def fault_walkforward_resume(work: Path) -> dict:
+    """``evaluate --walk-forward 2`` SIGTERMed while fold 1 trains (fold 0 finished): exit 143; then
+    ``--resume`` reads fold 0 back (its files untouched), continues fold 1 and writes walk_forward.json."""
+    import yaml
+
+    root = work / "walkforward_resume"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    raw = yaml.safe_load(SMOKE.read_text())
+    raw["run"].update({"dir": str(root), "name": "wf", "checkpoint_every": 1, "iterations": 40, "evaluate": True})
+    raw["data"] = {"source": "csv", "paths": [str(ROOT / "benchmarks" / "data" / "STOCKS_GOOGL.csv")],
+                   "features": {"warmup": 32, "median_window": 126}, "split": [0.7, 0.15, 0.15],
+                   "periods_per_year": 252}
+    config = root / "wf.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    args = _cli("evaluate", "--walk-forward", "2", "--config", str(config))
+    a = Proc(args, root, "first")
+    fold0, fold1 = root / "wf" / "fold0", root / "wf" / "fold1"
+    at = _wait_rows(a, fold1, 2)
+    files0 = {str(f.relative_to(fold0)): f.stat().st_mtime_ns for f in fold0.rglob("*") if f.is_file()}
+    a.p.send_signal(signal.SIGTERM)
+    rc = a.wait(180)
+    r = {"rc": rc, "wall_s": round(a.wall, 2), "stdout": a.stdout, "stderr": a.stderr}
+    failed = [] if rc == 143 else [f"exit code {rc}, expected 143"]
+    if not (fold0 / "evaluation" / "metrics.json").is_file():
+        failed.append("fold 0 had not finished when fold 1 was interrupted")
+    if not (fold1 / "checkpoint" / "rllib_checkpoint.json").is_file():
+        failed.append("no checkpoint of fold 1 after SIGTERM")
+    steps = [_step("SIGTERM during fold 1", r, failed, rows_at_signal=at)]
+    res = _run([*args, "--resume"], root, "resume", timeout=600)
+    failed = [] if res["rc"] == 0 else [f"exit code {res['rc']}: {_tail(res['stderr'])}"]
+    after0 = {str(f.relative_to(fold0)): f.stat().st_mtime_ns for f in fold0.rglob("*") if f.is_file()}
+    if after0 != files0:
+        failed.append("fold 0 was trained or evaluated again")
+    if "reused" not in res["stdout"] or "resumed" not in res["stdout"]:
+        failed.append("the resume line does not say fold 0 reused and fold 1 resumed")
+    if not (root / "wf" / "walk_forward.json").is_file():
+        failed.append("no walk_forward.json")
+    rows = _row_check(fold1, 40)
+    if rows["rows_lost"] or rows["rows_duplicated"]:
+        failed.append(f"fold 1 rows: {rows}")
+    steps.append(_step("--resume", res, failed))
+    return _fault("walk-forward-sigterm-then-resume", steps, rows)
+
+
 def fault_run_dir_deleted(work: Path) -> dict:
     """The run directory deleted during training: the run stops at its next write with one error line
     and exit 2 (not exit 0 with every output gone)."""
@@ -951,6 +996,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
         fault(fault_guard_halt, work)
         fault(fault_sigterm, work, FULL_ITERS // 2)
         fault(fault_run_dir_deleted, work)
+        fault(fault_walkforward_resume, work)
         fault(fault_seeds_driver_kill, work)
 
     _print_table(bad, faults)
