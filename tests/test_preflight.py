@@ -202,6 +202,9 @@ CASES = [
     ("episode-len-1", lambda d: _csv_cfg(d, env={"episode_len": 1}), ["env.episode_len", ">= 2"]),
     ("exposure-50", lambda d: _csv_cfg(d, env={"exposure_levels": [-50, -1, 0, 1, 50]}),
      ["exposure_levels", "|level| <= 10", "-50"]),
+    ("fee-over-one", lambda d: _csv_cfg(d, env={"fee": 1.5}), ["EnvParams.fee", "[0, 1)", "1.5"]),
+    ("alpha-over-one", lambda d: _csv_cfg(d, learner={"alpha": 2.0}), ["learner.alpha", "<= 1.0", "2.0"]),
+    ("replay-ratio-inf", lambda d: _csv_cfg(d, algo={"replay_ratio": float("inf")}), ["algo.replay_ratio", "finite"]),
     ("population-shape-key", lambda d: {**_csv_cfg(d), "population": {"seeds": [0, 1], "search": {
         "model.hidden": {"choice": [[8], [16]]}}}}, ["population.search", "model.hidden", "separate populations"]),
     ("population-seed-pinned", lambda d: {**_csv_cfg(d, runner={"seed": 3}), "population": {"seeds": [0, 1]}},
