@@ -25,7 +25,8 @@ Mondays, 12 month starts, 1,764 (252 x 7) seven hourly bars a business day from 
 98,280 (252 x 390) one-minute bars a business day from 09:30, 525,600 minutes; any other value
 (1,638 = 252 x 6.5 included) spaces them evenly, ``365.2425 days / periods_per_year`` apart (to the
 second). Bars are placed by their index in the asset's whole series, so validation dates come
-before test dates, as the bars do.
+before test dates, as the bars do; sealed held-out series (``data.heldout_*_series``: each segment
+whole series of its own) start again at bar 0, so their validation and test dates coincide.
 """
 from __future__ import annotations
 
