@@ -5,6 +5,7 @@
     rl-zerosync evaluate --checkpoint DIR [--which best|last] [--data FILE] [--set data.key=value ...] [--out DIR]
     rl-zerosync evaluate --walk-forward K --config FILE [--set section.key=value ...] [--out DIR]
                          [--resume | --overwrite]
+    rl-zerosync report RUN [--html] [--out DIR]
     rl-zerosync bench [--quick] [--out-dir DIR]
 """
 from __future__ import annotations
@@ -102,6 +103,17 @@ def _parser() -> argparse.ArgumentParser:
                    help="torchscript (default) or onnx (needs the onnx and onnxscript packages)")
     x.add_argument("--out", default=None, metavar="FILE",
                    help="model file (default <run>/export/<checkpoint>.pt or .onnx)")
+
+    r = sub.add_parser("report", help="quantstats tear sheet of an evaluation's portfolio vs buy-and-hold",
+                       description="Tear sheet of the equal-weight portfolio's net returns on the evaluation's "
+                                   "test segment (all for evaluate --data) against buy-and-hold, with quantstats: "
+                                   "prints the metrics table and writes tearsheet.json (and tearsheet.html with "
+                                   "--html); its Sharpe is checked against metrics.json "
+                                   "(rl_zerosync.evaluation.tearsheet).")
+    r.add_argument("run", metavar="RUN", help="run directory (its evaluation/) or an evaluation directory")
+    r.add_argument("--html", action="store_true", help="also write the quantstats HTML tear sheet")
+    r.add_argument("--out", default=None, metavar="DIR",
+                   help="where tearsheet.json (and .html) go (default: the evaluation directory)")
 
     b = sub.add_parser("bench", help="run the learner and env-runner benchmarks (and the others)")
     b.add_argument("--quick", action="store_true", help="small CPU-sized runs")
@@ -406,6 +418,20 @@ def _command(args) -> int:
             return 2
         print(f"exported {res['action_mode']} policy of {res['checkpoint']} to {res['path']} "
               f"(metadata {res['metadata_path']})")
+        return 0
+    if args.command == "report":
+        from rl_zerosync.evaluation.tearsheet import tear_sheet
+
+        try:
+            res = tear_sheet(args.run, html=args.html, out=args.out)
+        except ImportError as err:  # quantstats not installed: one line
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        print(res["table"])
+        if not res["sharpe_check"]["within_tolerance"]:
+            print(f"warning: quantstats' Sharpe differs from metrics.json's by more than "
+                  f"{res['sharpe_check']['tolerance']:g}: {res['sharpe_check']}", file=sys.stderr)
+        print(res["line"])
         return 0
     if args.command == "bench":
         return _bench(args)

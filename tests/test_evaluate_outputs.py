@@ -18,7 +18,7 @@ from rl_zerosync.cli import main
 from tiny_run import tiny_raw
 
 BAR_COLUMNS = ["timestamp", "bar", "asset", "price", "position", "trade", "fill_price", "cost", "net_return", "equity",
-               "benchmark_equity"]
+               "benchmark_net_return", "benchmark_equity"]
 N_ROWS = 700
 TRAIN_FRACTION = 0.7
 

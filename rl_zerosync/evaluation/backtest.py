@@ -10,7 +10,7 @@ per-bar records are copied to the host once at the end. The rule baselines
 (:mod:`rl_zerosync.evaluation.rules`) walk the same bars in one more batched walk.
 
 :func:`bar_table` lays one result out bar by bar (per asset: price, position, trade, cost, net
-return, equity, buy-and-hold equity) and :func:`portfolio_table` as the equal-weight portfolio of
+return, equity, buy-and-hold net return and equity) and :func:`portfolio_table` as the equal-weight portfolio of
 its assets (the mean of the assets' net returns each bar), both as pandas frames.
 """
 from __future__ import annotations
@@ -197,7 +197,7 @@ def best_rule(baselines: Mapping[str, Mapping[str, Any]], metric: str = "sharpe"
 
 
 BAR_COLUMNS = ("timestamp", "bar", "asset", "price", "position", "trade", "fill_price", "cost", "net_return", "equity",
-               "benchmark_equity")
+               "benchmark_net_return", "benchmark_equity")
 """Columns of :func:`bar_table` (``timestamp`` only when the data has timestamps)."""
 
 
@@ -228,14 +228,16 @@ def bar_table(result: EvalResult):
     and ``net_return = previous position * (price / previous price - 1) + trade * (price /
     fill_price - 1) - cost`` (the metrics' ``r_i``; with lag 0 this is ``position * (price /
     previous price - 1) - cost``). ``equity`` is the equity at the bar's close, compounded from 1 (the
-    metrics' ``E_i``: the last row of an asset is ``1 + total_return``), ``benchmark_equity`` the
-    same for the buy-and-hold rule on the same bars (same execution and costs; NaN without
-    baselines). An asset's first row is its first tradable bar: flat, equity 1.
+    metrics' ``E_i``: the last row of an asset is ``1 + total_return``), ``benchmark_net_return``
+    and ``benchmark_equity`` the same for the buy-and-hold rule on the same bars (same execution and
+    costs; NaN without baselines). An asset's first row is its first tradable bar: flat, return 0,
+    equity 1.
     """
     import pandas as pd
 
     dated = _dated(result)
     bench = result.baseline_equity.get("buy_and_hold")
+    bench_net = result.baseline_net.get("buy_and_hold")
     frames = []
     for a, name in enumerate(result.assets):
         rec = result.records[a]
@@ -252,6 +254,8 @@ def bar_table(result: EvalResult):
             cols[out] = np.concatenate(([0.0], np.asarray(rec[key], dtype=np.float64)))
         cols["fill_price"] = np.where(cols["trade"] != 0.0, cols["fill_price"], np.nan)
         cols["equity"] = result.equity[a]
+        cols["benchmark_net_return"] = (np.concatenate(([0.0], bench_net[a])) if bench_net is not None
+                                        else np.full(n + 1, np.nan))
         cols["benchmark_equity"] = bench[a] if bench is not None else np.full(n + 1, np.nan)
         frames.append(pd.DataFrame(cols))
     return pd.concat(frames, ignore_index=True)

@@ -13,7 +13,9 @@
   was and no ``.tmp`` behind.
 
 An evaluation directory holds :data:`MARKER` (what was evaluated), ``metrics.json``, ``report.png``,
-``bars_<segment>``/``portfolio_<segment>`` ``.csv``/``.parquet`` and ``returns_<segment>.npz``.
+``bars_<segment>``/``portfolio_<segment>`` ``.csv``/``.parquet``, ``series.json`` (what they are:
+:mod:`rl_zerosync.evaluation.series_sidecar`) and ``returns_<segment>.npz``; ``rl-zerosync report``
+may add ``tearsheet.json`` / ``tearsheet.html`` (replaced with the rest by the next evaluation).
 """
 from __future__ import annotations
 
@@ -32,9 +34,10 @@ from rl_zerosync.rundir.run_dir import EVALUATION_DIR, INVENTORY_FILE, RunDir
 MARKER = ".rl-zerosync-evaluation"
 """Written first into every evaluation directory: ``{"checkpoint": ..., "data": ...}`` (resolved
 paths; ``data`` null for the run's own segments). It makes the directory one ``evaluate`` may replace."""
-OUTPUT_NAME = re.compile(r"^(metrics\.json|report\.png|(bars|portfolio)_[A-Za-z0-9_-]+\.(csv|parquet)"
-                         r"|returns_[A-Za-z0-9_-]+\.npz)$")
-"""The files an evaluation writes (besides :data:`MARKER`)."""
+OUTPUT_NAME = re.compile(r"^(metrics\.json|report\.png|series\.json|(bars|portfolio)_[A-Za-z0-9_-]+\.(csv|parquet)"
+                         r"|returns_[A-Za-z0-9_-]+\.npz|tearsheet\.(json|html))$")
+"""The files an evaluation writes (besides :data:`MARKER`), and the tear sheets ``rl-zerosync report``
+adds to it (:mod:`rl_zerosync.evaluation.tearsheet`)."""
 MAX_STEM = 200
 """Characters of a file's stem kept in ``evaluation_<stem>`` (a directory name is at most 255 bytes)."""
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")

@@ -15,20 +15,27 @@ that is not an evaluation's is refused (:mod:`rl_zerosync.evaluation.eval_dir`).
   segment), ``overlap`` (the training-period check below) and ``warnings``.
 * ``bars_<segment>.csv`` (and ``.parquet`` when pyarrow is installed) per evaluated segment
   (``validation``, ``test``; ``all`` for ``--data``): one row per asset and bar with ``timestamp``
-  (when the data has timestamps), ``bar`` (the bar's index in the asset's series), ``asset``,
+  (the data's, or for data without timestamps a synthetic calendar's, e.g. business days from
+  2000-01-03 at 252 bars a year: see ``series.json``), ``bar`` (the bar's index in the asset's series), ``asset``,
   ``price`` (close), ``position`` (exposure held at its close), ``trade`` (the change in position
   into it), ``fill_price`` (its price: within the bar with execution lag 1), ``cost`` (of that
   trade, fraction of equity), ``net_return`` (the previous position's return over the bar plus the
-  trade's from its fill price, less the cost), ``equity`` (from 1) and
-  ``benchmark_equity`` (the buy-and-hold rule, same execution and costs); see :func:`rl_zerosync.evaluation.backtest.bar_table`. The last ``equity`` of an
-  asset is ``1 + total_return`` of its metrics.
+  trade's from its fill price, less the cost), ``equity`` (from 1), ``benchmark_net_return`` and
+  ``benchmark_equity`` (the buy-and-hold rule, same execution and costs); see
+  :func:`rl_zerosync.evaluation.backtest.bar_table`. The last ``equity`` of an asset is ``1 +
+  total_return`` of its metrics.
 * ``portfolio_<segment>.csv`` (and ``.parquet``): the equal-weight portfolio of the assets (the mean
   of their net returns each bar) and its buy-and-hold benchmark
-  (:func:`rl_zerosync.evaluation.backtest.portfolio_table`).
+  (:func:`rl_zerosync.evaluation.backtest.portfolio_table`; ``timestamp`` as in the bars).
+* ``series.json`` (:mod:`rl_zerosync.evaluation.series_sidecar`): what those files are for a
+  tear-sheet tool: per segment the file names, ``periods_per_year``, the returns and benchmark
+  columns, and ``calendar`` (``"data"``, or ``"synthetic"`` with how the timestamps were made up).
+  ``rl-zerosync report`` (:mod:`rl_zerosync.evaluation.tearsheet`) reads them into quantstats.
 * ``report.png`` (:mod:`rl_zerosync.evaluation.report_plot`): one column per segment (validation,
   test), dates on the x axis when the data has timestamps: equity per asset, the equal-weight
-  portfolio and its buy-and-hold benchmark (and the tuned rules' portfolios); positions; drawdowns;
-  below, the exposure and routing mix.
+  portfolio and its buy-and-hold benchmark (and the tuned rules' portfolios, the one chosen on
+  validation marked), titled with what each number sums; positions; drawdowns; below, the exposure
+  and routing mix, the cost sensitivity, and a costs line on top (fee, spread, execution lag).
 
 The summary line (test segment, or ``all`` for ``--data``) reports the Sharpe beside flat,
 buy-and-hold and the best rule, and the equity return in percent (mean over assets and, with
@@ -207,15 +214,19 @@ def _train_segment_market(settings: dict, train_market=None):
 
 def write_series(results: dict, out_dir: Path) -> tuple[dict[str, dict[str, str]], dict]:
     """Write ``bars_<segment>.csv`` and ``portfolio_<segment>.csv`` (and ``.parquet`` when pyarrow
-    is installed) of every result; returns (segment -> kind -> path, segment -> portfolio table)."""
+    is installed) of every result, with a synthetic ``timestamp`` when the data has none, and
+    ``series.json`` (:mod:`rl_zerosync.evaluation.series_sidecar`); returns (segment -> kind -> path
+    plus ``"series_json"``, segment -> portfolio table as walked, without a synthetic timestamp)."""
     from rl_zerosync.evaluation.backtest import bar_table, portfolio_table
+    from rl_zerosync.evaluation.series_sidecar import segment_entry, with_calendar, write_sidecar
 
     parquet = importlib.util.find_spec("pyarrow") is not None
-    outputs, portfolios = {}, {}
+    outputs, portfolios, entries = {}, {}, {}
     for segment, res in results.items():
         paths = {}
         portfolios[segment] = portfolio_table(res)
-        for kind, table in (("bars", bar_table(res)), ("portfolio", portfolios[segment])):
+        bars, port, calendar = with_calendar(res, bar_table(res), portfolios[segment])
+        for kind, table in (("bars", bars), ("portfolio", port)):
             path = out_dir / f"{kind}_{segment}.csv"
             # The walk's per-bar values are float32: written at that precision (0.15, not
             # 0.15000000596); equity curves (compounded in float64) in full.
@@ -227,6 +238,9 @@ def write_series(results: dict, out_dir: Path) -> tuple[dict[str, dict[str, str]
                 table.to_parquet(path, index=False)
                 paths[f"{kind}_parquet"] = str(path)
         outputs[segment] = paths
+        entries[segment] = segment_entry(res, paths, bars, port, calendar)
+    if entries:
+        outputs["series_json"] = str(write_sidecar(out_dir, entries))
     return outputs, portfolios
 
 
