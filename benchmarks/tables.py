@@ -463,6 +463,26 @@ def scaling_learner(r) -> str:
     return "\n".join(out)
 
 
+# ---------------------------------------------------------------------------------- populations
+def population_cpu_quick(r) -> str:
+    """P members as one population process vs the same members as processes (``population_cpu_quick.json``)."""
+    cores = r.get("hardware", {}).get("cpu_count", "?")
+    out = [_head(r, gpu=f"CPU (no GPU), {cores} cores"),
+           "| run | members | wall s (train + validate + test) | env steps/s, whole run | env steps/s, steady "
+           "| agents/hour |",
+           "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for x in r["runs"]:
+        label = ("one population process" if x["side"] == "population"
+                 else f"processes (--seeds --parallel {x.get('parallel', '?')})")
+        out.append(f"| {label} | {x['p']} | {x['wall_s']:.1f} | {x['env_steps_per_s']:,.0f} "
+                   f"| {x['steady_env_steps_per_s']:,.0f} | {x['agents_per_hour']:,.0f} |")
+    c, sm = r["comparison"], r["summary"]
+    out += ["", f"{c['p']} members: one population process trains, validates and tests "
+            f"{c['agents_per_hour_vs_processes']:.2f}x the agents per hour of {c['p']} processes run "
+            f"{c['parallel']} at a time (wall ratio {c['wall_ratio_vs_processes']:.2f}); one run of each, same machine."]
+    return "\n".join(out)
+
+
 # ---------------------------------------------------------------------------------- reliability
 def reliability(r) -> str:
     sm = r["summary"]
@@ -485,7 +505,8 @@ TABLES = (
     ("learning_cpu_quick", learning_cpu_quick), ("learning", learning), ("learning_sweep", learning_sweep), ("throughput", throughput), ("e2e", e2e),
     ("learner", learner), ("learner_profile", learner_profile),
     ("stock_syncs", stock_syncs), ("env_runner", env_runner), ("cartpole", cartpole), ("scaling", scaling),
-    ("scaling_learner", scaling_learner), ("kernels", kernels), ("env", env), ("reliability", reliability),
+    ("scaling_learner", scaling_learner), ("kernels", kernels), ("env", env),
+    ("population_cpu_quick", population_cpu_quick), ("reliability", reliability),
 )
 """(JSON name in the results folder, printer), in the order of ``docs/results.md``."""
 
