@@ -1025,6 +1025,8 @@ def main(argv: Optional[list[str]] = None) -> dict:
         "wall_s": round(wall, 1),
     })
     print(f"\nsummary: {json.dumps(summary)}  ({wall:.0f} s)")
+    # scratch paths as <tmp> (the work directory is removed; the repository's own paths stay relative)
+    result = json.loads(json.dumps(result).replace(str(work), "<tmp>").replace(str(ROOT) + "/", ""))
     write_json(result, args.out)
     if not args.keep and args.work_dir is None:
         shutil.rmtree(work, ignore_errors=True)
