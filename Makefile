@@ -18,8 +18,11 @@ setup: $(BIN)/.installed
 train: setup
 	$(BIN)/rl-zerosync train --config $(CONFIG)
 
+# The suite in one shuffled order (pytest-randomly, a fixed seed: every run the same order, and no
+# test may depend on running after another); pass SEED=... for another order, -p no:randomly for file order.
+SEED ?= 20261202
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --randomly-seed=$(SEED)
 
 test-gpu: setup
 	$(BIN)/python -m pytest -q -m gpu
