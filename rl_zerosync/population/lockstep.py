@@ -23,7 +23,7 @@ import time
 
 from rl_zerosync.config.settings import Settings, to_rllib_config
 from rl_zerosync.population.memory import check_fits
-from rl_zerosync.population.report import member_row, population_report
+from rl_zerosync.population.report import member_row
 from rl_zerosync.population.space import PopulationSettings
 from rl_zerosync.rundir.run_dir import RunDir
 from rl_zerosync.run.train import TrainLoop
@@ -111,13 +111,6 @@ class Population:
         """``population.json``'s row of every member here."""
         return [member_row(self.pop.members[k], loop.selection, loop.run_dir.path, lineage.get(k, []))
                 for k, loop in zip(self.indices, self.loops)]
-
-    def report(self, **kwargs) -> dict:
-        """``population.json``'s content from the members as they are now (written by the caller)."""
-        return population_report(self.pop, self.metric, self.rows(self.lineage), self.parent, **kwargs)
-
-    def close(self) -> None:
-        """Nothing to stop here: the members' algorithms and logs belong to the stack it was built in."""
 
 
 def _build(members: list[Settings], pop: PopulationSettings, stack: contextlib.ExitStack) -> list[TrainLoop]:

@@ -120,11 +120,8 @@ class ShardMembers:
 
 def _shard_options(settings: Settings, shards: int) -> dict:
     """One GPU per shard when the members use GPUs and the cluster has one per shard, else one CPU."""
-    gpus = float(ray.cluster_resources().get("GPU", 0))
-    wants_gpu = settings.algo.num_gpus_per_learner != 0
-    if wants_gpu and gpus >= shards:
-        return {"num_gpus": 1, "num_cpus": 1, "scheduling_strategy": "SPREAD"}
-    return {"num_gpus": 0, "num_cpus": 1, "scheduling_strategy": "SPREAD"}
+    gpu = settings.algo.num_gpus_per_learner != 0 and float(ray.cluster_resources().get("GPU", 0)) >= shards
+    return {"num_gpus": int(gpu), "num_cpus": 1, "scheduling_strategy": "SPREAD"}
 
 
 def start_shards(settings: Settings, pop: PopulationSettings) -> tuple[list, dict[int, int]]:
