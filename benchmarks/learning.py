@@ -4,7 +4,8 @@ How to run (one GPU; Ray 2.60 installed)::
 
     python -m benchmarks.learning                              # local.yaml, 5 seeds, 1x and 10x budgets
     python -m benchmarks.learning --quick                      # CPU-sized: smoke.yaml, held-out series
-    python -m benchmarks.learning --sweep                      # the variants that chose local.yaml
+    python -m benchmarks.learning --sweep --out benchmarks/results/learning_sweep.json   # validation only
+    python -m benchmarks.learning --from-sweep benchmarks/results/learning_sweep.json    # its choice, scored
 
 For every budget (``run.iterations`` x B) the config trains once per seed (``rl-zerosync train
 --seeds``; ``--parallel`` at a time on the one GPU), the policy is selected on validation
@@ -19,6 +20,11 @@ evidence (:mod:`rl_zerosync.evaluation.evidence`): ``ci_method`` (what the inter
 assets or held-out series, and bars), ``test_sharpe_ci95`` and ``agent_minus_best_rule_ci95`` (paired),
 ``deflated_sharpe`` and ``trials`` (what N counts in ``trials_counted``), ``pbo`` (CSCV over the rule
 variants), ``heldout_test_series`` (0: the test segment of the training series).
+
+``--sweep`` trains every :data:`SWEEP` variant per seed and reads validation only (the runs end
+without their evaluation, ``run.evaluate=false``; no test segment is read); ``chosen_on_validation``
+is the variant with the highest mean best-validation Sharpe. ``--from-sweep FILE`` adds that
+variant's overrides and counts every validation pass of the sweep in the DSR's trials.
 
 ``--quick`` (one CPU core, a few minutes): ``configs/smoke.yaml`` on the sealed held-out layout
 (:data:`QUICK_OVERRIDES`: validation 8 and test 32 held-out series of 1,000 bars, never trained on),
@@ -126,12 +132,32 @@ def evidence_summary(seeds_summary: dict, per_seed: dict) -> dict:
                                                          seeds_summary.get("test_sharpe_seed_ci95"))}
 
 
-def run_budget(config, overrides, seeds, parallel, runs_dir, name):
+def sweep_choice(path: str) -> dict:
+    """The variant of a ``--sweep`` file with the highest mean best-validation Sharpe (the only thing the
+    sweep measured), its overrides, and the trials the sweep made (every validation pass of every
+    variant and seed) for the DSR of the runs that use the choice."""
+    d = json.loads(Path(path).read_text())
+    done = {k: v for k, v in d["sweep"].items() if "summary" in v}
+    if not done:
+        raise SystemExit(f"--from-sweep {path}: no finished variant")
+    if any(v["summary"].get("test_read", True) for v in done.values()):
+        raise SystemExit(f"--from-sweep {path}: expected a validation-only sweep (test_read false)")
+    name = max(done, key=lambda k: done[k]["summary"]["best_validation_sharpe_mean"])
+    sharpes = [s for v in done.values() for p in v["per_seed"].values() for _, s in p["validation_curve"]]
+    shown = Path(path).resolve()
+    shown = shown.relative_to(ROOT) if shown.is_relative_to(ROOT) else shown
+    return {"file": str(shown), "chosen": name, "overrides": list(done[name]["overrides"]), "variants": len(done),
+            "trials": {"n": len(sharpes), "sharpes": sharpes,
+                       "counted": f"{len(sharpes)} validation passes of the {len(done)} config variants swept "
+                                  f"on validation ({shown})"}}
+
+
+def run_budget(config, overrides, seeds, parallel, runs_dir, name, **kw):
     from rl_zerosync.run.seeds import train_seeds
 
     over = list(overrides) + [f"run.dir={runs_dir}", f"run.name={name}"]
     t0 = time.perf_counter()
-    report = train_seeds(config, over, seeds, parallel=parallel)
+    report = train_seeds(config, over, seeds, parallel=parallel, **kw)
     report["wall_s"] = time.perf_counter() - t0
     if report.get("partial"):  # interrupted: the finished seeds are in seeds.json, no summary to score
         raise SystemExit(f"{name}: the seeds run was interrupted (signal {report.get('interrupted_by')}) with "
@@ -210,6 +236,8 @@ def main() -> int:
     p.add_argument("--skip-budgets", action="store_true", help="with --real: only the walk-forward part")
     p.add_argument("--sweep", action="store_true", help="run the SWEEP variants (1 budget) instead")
     p.add_argument("--sweep-only", action="append", default=[], help="with --sweep: these variants only")
+    p.add_argument("--from-sweep", default=None,
+                   help="a --sweep JSON: add its validation-chosen variant's overrides, count its trials in the DSR")
     p.add_argument("--runs-dir", default=str(ROOT / "runs" / "bench_learning"))
     p.add_argument("--no-timing", action="store_true")
     args = p.parse_args()
@@ -223,14 +251,22 @@ def main() -> int:
         if args.out == results_path("learning"):
             args.out = quick_path("learning_cpu_quick")  # a smoke run never replaces committed results
     seeds = parse_seeds(args.seeds)
+    sweep = sweep_choice(args.from_sweep) if args.from_sweep else None
+    if sweep:
+        args.set = list(args.set) + sweep["overrides"]
     base = load(args.config, args.set)
     shown = Path(args.config).resolve()
     shown = shown.relative_to(ROOT) if shown.is_relative_to(ROOT) else shown  # the JSON names repo files by repo path
     result: dict = {**result_header("learning", device=device, config=str(shown), key="benchmark"),
                     "overrides": args.set, "settings": base.to_dict(), "seeds": seeds}
+    if sweep:
+        result["from_sweep"] = {k: v for k, v in sweep.items() if k != "trials"} | {"trials": sweep["trials"]["n"]}
     runs_dir = Path(args.runs_dir)
     if args.sweep:
         from concurrent.futures import ThreadPoolExecutor
+
+        if args.out == results_path("learning"):
+            args.out = results_path("learning_sweep")  # a sweep never replaces the scored results
 
         variants = {k: v for k, v in SWEEP.items() if not args.sweep_only or k in args.sweep_only}
         result["sweep"] = {}
@@ -239,7 +275,7 @@ def main() -> int:
             name, over = item
             try:
                 return name, over, run_budget(args.config, list(args.set) + over, seeds, len(seeds), runs_dir,
-                                              f"sweep_{name}")
+                                              f"sweep_{name}", test=False)
             except Exception as exc:  # keep the other variants
                 return name, over, {"error": repr(exc)}
 
@@ -252,11 +288,14 @@ def main() -> int:
                     continue
                 result["sweep"][name] = {"overrides": over, "summary": rep["summary"], "wall_s": rep["wall_s"],
                                          "per_seed": rep["per_seed"]}
-                s = rep["summary"]
-                print(f"{name}: val {s['best_validation_sharpe_mean']:+.2f} test {s['test_sharpe_mean']:+.2f} "
-                      f"{s['test_sharpe_ci95']} rule {s['best_rule_test_sharpe_mean']:+.2f} ({rep['wall_s']:.0f} s)",
-                      flush=True)
+                print(f"{name}: best validation sharpe {rep['summary']['best_validation_sharpe_mean']:+.3f} "
+                      f"({rep['wall_s']:.0f} s)", flush=True)
                 write_json(result, args.out)
+        done = {k: v for k, v in result["sweep"].items() if "summary" in v}
+        if done:  # the rule a later --from-sweep applies: the highest mean best-validation Sharpe
+            result["chosen_on_validation"] = max(done, key=lambda k: done[k]["summary"]["best_validation_sharpe_mean"])
+            print(f"chosen on validation: {result['chosen_on_validation']}", flush=True)
+            write_json(result, args.out)
         if not args.no_timing:
             result["validation_timing"] = time_validation(args.config, device)
             write_json(result, args.out)
@@ -271,7 +310,8 @@ def main() -> int:
     result["budgets"] = {}
     for b in budgets:
         over = list(args.set) + [f"run.iterations={base.run.iterations * b}"]
-        rep = run_budget(args.config, over, seeds, args.parallel, runs_dir, f"learning_{b}x")
+        rep = run_budget(args.config, over, seeds, args.parallel, runs_dir, f"learning_{b}x",
+                         extra_trials=sweep["trials"] if sweep else None)
         rep["iteration_s_median"] = statistics.median(
             iteration_seconds(runs_dir / f"learning_{b}x" / f"seed{s}") for s in seeds)
         result["budgets"][f"{b}x"] = {"iterations": base.run.iterations * b, **rep}

@@ -10,6 +10,8 @@ mean (10,000 resamples, percentile; ``<key>_seed_ci95``), below 5 seeds the min.
 ``agent_minus_best_rule_ci95`` resample seeds and bars together (the test returns of every seed and
 asset, :func:`rl_zerosync.evaluation.evidence.pooled_evidence`); ``evidence`` adds PSR, DSR and the
 trials counted (the rule variants once, every seed's checkpoints compared on validation).
+A selection sweep (``train_seeds(..., test=False)``) never reads the test segment: its seeds.json
+holds validation numbers only.
 """
 from __future__ import annotations
 
@@ -83,6 +85,20 @@ def seed_record(run_dir: Path) -> dict[str, Any]:
     }
 
 
+def validation_record(run_dir: Path) -> dict[str, Any]:
+    """One seed's validation numbers only (metrics.jsonl's validation passes; nothing of its test
+    segment): the best pass's iteration and Sharpe, and the curve."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    evals = [r for r in rows if r.get("eval/validation_sharpe") is not None]
+    if not evals:
+        raise RuntimeError(f"{run_dir}/metrics.jsonl: no validation pass (eval/validation_sharpe); a "
+                           f"validation-only sweep needs run.eval_every > 0")
+    best = max(evals, key=lambda r: r["eval/validation_sharpe"])
+    return {"checkpoint_iteration": best["iteration"], "best_validation_sharpe": best["eval/validation_sharpe"],
+            "validation_passes": len(evals), "iterations": rows[-1]["iteration"],
+            "validation_curve": [[r["iteration"], r["eval/validation_sharpe"]] for r in evals]}
+
+
 def seed_spread(values: Sequence[float]) -> tuple[float, str, list[float]]:
     """Mean over seeds and its spread: ``("seed_ci95", bootstrap interval)`` from
     :data:`MIN_SEEDS_FOR_INTERVAL` seeds on, else ``("seed_range", [min, max])``."""
@@ -92,9 +108,12 @@ def seed_spread(values: Sequence[float]) -> tuple[float, str, list[float]]:
     return float(np.mean(values)), "seed_range", [float(min(values)), float(max(values))]
 
 
-def seeds_evidence(returns: Sequence[dict[str, Any]], seed: int = 0) -> dict[str, Any]:
+def seeds_evidence(returns: Sequence[dict[str, Any]], seed: int = 0,
+                   extra_trials: dict[str, Any] | None = None) -> dict[str, Any]:
     """:func:`~rl_zerosync.evaluation.evidence.pooled_evidence` over the seeds' test returns (seeds x
-    assets series, seeds and bars resampled; ``returns``: one :func:`read_returns` per seed)."""
+    assets series, seeds and bars resampled; ``returns``: one :func:`read_returns` per seed).
+    ``extra_trials`` (``n``, ``sharpes``, ``counted``): trials made before these runs that chose their
+    config (e.g. a validation sweep), added to the DSR's count."""
     from rl_zerosync.evaluation.evidence import pooled_evidence
 
     agent = [x for r in returns for x in r["agent"]]
@@ -106,11 +125,16 @@ def seeds_evidence(returns: Sequence[dict[str, Any]], seed: int = 0) -> dict[str
     trials = {"n": n_rules + ckpts, "rule_variants": n_rules, "checkpoints": ckpts, "sharpes": sharpes,
               "counted": f"{n_rules} rule variants searched on validation + {ckpts} checkpoints compared on "
                          f"validation over {len(returns)} seed(s) (all counted: conservative)"}
+    if extra_trials:
+        trials = {**trials, "n": trials["n"] + int(extra_trials["n"]),
+                  "sharpes": sharpes + list(extra_trials["sharpes"]),
+                  "counted": f"{trials['counted']} + {extra_trials['counted']}"}
     return pooled_evidence(agent, best, bench, returns[0]["periods_per_year"], trials, resample_series=True,
                            seed=seed)
 
 
-def summarize(per_seed: dict[int, dict[str, Any]], returns: Sequence[dict[str, Any]] | None = None) -> dict[str, Any]:
+def summarize(per_seed: dict[int, dict[str, Any]], returns: Sequence[dict[str, Any]] | None = None,
+              extra_trials: dict[str, Any] | None = None) -> dict[str, Any]:
     """Mean over seeds of the headline numbers with their seed spread (:func:`seed_spread`) and, given
     the seeds' test ``returns``, the intervals over seeds and bars (:func:`seeds_evidence`)."""
     out: dict[str, Any] = {"seeds": len(per_seed)}
@@ -124,7 +148,7 @@ def summarize(per_seed: dict[int, dict[str, Any]], returns: Sequence[dict[str, A
     out["rules_test_sharpe_mean"] = {r: float(np.mean([p["rules_test_sharpe"][r] for p in per_seed.values()]))
                                      for r in rules}
     if returns:
-        ev = seeds_evidence(returns)
+        ev = seeds_evidence(returns, extra_trials=extra_trials)
         out["evidence"] = ev
         out["test_sharpe_ci95"] = [ev["intervals"]["agent"]["low"], ev["intervals"]["agent"]["high"]]
         d = ev["intervals"]["agent_minus_best_rule"]
@@ -135,10 +159,17 @@ def summarize(per_seed: dict[int, dict[str, Any]], returns: Sequence[dict[str, A
 
 
 def train_seeds(config: str, overrides: Sequence[str], seeds: Sequence[int], *, parallel: int = 1,
-                name_suffix: str = "") -> dict[str, Any]:
-    """Train ``config`` once per seed in subprocesses, ``parallel`` at a time; write seeds.json."""
+                name_suffix: str = "", test: bool = True,
+                extra_trials: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Train ``config`` once per seed in subprocesses, ``parallel`` at a time; write seeds.json.
+
+    ``test=False`` (a selection sweep): the runs end without their evaluation (``run.evaluate=false``,
+    so no test segment is read) and seeds.json holds validation only (:func:`validation_record`).
+    ``extra_trials``: see :func:`seeds_evidence`."""
     from rl_zerosync.config.settings import load
 
+    if not test:
+        overrides = [*overrides, "run.evaluate=false"]
     base = load(config, list(overrides))
     if parallel < 1:
         raise ValueError(f"--parallel: expected an int >= 1, got {parallel}")
@@ -159,12 +190,20 @@ def train_seeds(config: str, overrides: Sequence[str], seeds: Sequence[int], *, 
         return _partial_report(config, overrides, parent, seeds, walls, stop.signum)
     if failed:
         raise RuntimeError(f"seeds {sorted(failed)} failed (exit codes {failed}); see {parent}/seed<k>/train.log")
+    if not test:
+        per_seed = {s: {**validation_record(parent / f"seed{s}"), "wall_s": walls[s]} for s in seeds}
+        mean, kind, spread = seed_spread([r["best_validation_sharpe"] for r in per_seed.values()])
+        report = {"config": str(config), "overrides": list(overrides), "per_seed": per_seed, "partial": False,
+                  "summary": {"seeds": len(seeds), "best_validation_sharpe_mean": mean,
+                              f"best_validation_sharpe_{kind}": spread, "test_read": False}}
+        report["path"] = str(write_json_atomic(parent / "seeds.json", report))
+        return report
     from rl_zerosync.evaluation.evidence import read_returns
 
     per_seed = {s: {**seed_record(parent / f"seed{s}"), "wall_s": walls[s]} for s in seeds}
     returns = [read_returns(parent / f"seed{s}" / "evaluation") for s in seeds]
     report = {"config": str(config), "overrides": list(overrides), "per_seed": per_seed,
-              "summary": summarize(per_seed, returns), "partial": False}
+              "summary": summarize(per_seed, returns, extra_trials), "partial": False}
     report["path"] = str(write_json_atomic(parent / "seeds.json", report))
     return report
 
