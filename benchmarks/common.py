@@ -34,6 +34,16 @@ def results_path(name: str) -> str:
     return str(RESULTS / f"{name}.json")
 
 
+def repo_relative(path: str | Path) -> str:
+    """``path`` as the results JSON record it: relative to the repository root when it lies inside
+    it (``benchmarks/results/<name>.json``), else as given."""
+    resolved = Path(path).resolve()
+    try:
+        return resolved.relative_to(RESULTS.parent.parent).as_posix()
+    except ValueError:
+        return str(path)
+
+
 def quick_path(name: str) -> str:
     """``<temp folder>/<name>_quick.json``: where a smoke run writes, so that it never replaces the
     committed results."""

@@ -8,14 +8,16 @@ What is measured (both runners built directly from a DQNConfig, no Algorithm, sa
 class and size, routed action mode):
 
 * stock: ``SingleAgentEnvRunner`` on ``"rl_zerosync/Trading-v0"``, the numpy single-env twin (a
-  gymnasium vector of ``--stock-envs`` twins, ~10 us per env step; CPU module as RLlib places it on
-  a local runner), ``sample(num_timesteps=...)``: one runner in this process, and
+  gymnasium vector of twins, ~10 us per env step; CPU module as RLlib places it on a local runner),
+  ``sample(num_timesteps=...)``. First one runner in this process at every ``--stock-envs`` count
+  of vectorized twins (default 1 4 16 64 256: the sweep, ``stock_envs_sweep``); the count with the
+  most env steps/s (``stock_envs_chosen``) is the one-runner figure and is used for
   ``--stock-runners`` runners (default ``os.cpu_count()``, one per core) as Ray actors of an
   ``EnvRunnerGroup`` sampling concurrently (each returns only its step count, so no episode
   transfer is timed: the stock runners' best case), throughput = all their steps / wall clock of
   the concurrent call. For reference only, one runner on the torch twin
   (``"rl_zerosync/TradingTorch-v0"``, ~1 ms per env step: what earlier versions of this script
-  called the stock figure);
+  called the stock figure), at the chosen count;
 * ours: ``GPUEnvRunner`` with N envs x T steps, eager and CUDA-graph rollouts:
   ``sample()`` (the whole rollout, obs included, copied to pinned host memory) and
   ``sample_device()`` (rollout stays on the GPU; actions/rewards/flags/metrics read back).
@@ -31,11 +33,14 @@ obs dominates ``sample()``; ``sample_device()`` is faster); the graph helps most
 kernel launches dominate.
 
 Writes JSON (``--out``, default ``benchmarks/results/env_runner.json``) with date, hardware,
-versions, config, every row, ``stock`` (the one-runner numpy-twin row), ``stock_runs`` (every stock
-row) and ``summary``: ``env_steps_per_s_max``, ``speedup_vs_stock`` (ours / one stock runner on the
-numpy twin), ``speedup_vs_stock_all_cores`` (ours / the stock runners on every core),
+versions, config (``out`` relative to the repository), every row, ``stock`` (the one-runner
+numpy-twin row at the chosen count), ``stock_envs_sweep`` (envs -> env steps/s of one runner),
+``stock_envs_chosen``, ``stock_sweep_runs`` (the sweep's rows), ``stock_runs`` (the stock rows at the
+chosen count) and ``summary`` (its stock figures at the chosen count): ``env_steps_per_s_max``,
+``speedup_vs_stock`` (ours / one stock runner on the numpy twin), ``speedup_vs_stock_all_cores``
+(ours / the stock runners on every core),
 ``stock_env_steps_per_s_numpy_twin``, ``stock_env_steps_per_s_numpy_twin_all_cores``,
-``stock_runners_all_cores``, ``stock_env_steps_per_s_torch_twin`` (reference only),
+``stock_runners_all_cores``, ``stock_envs_chosen``, ``stock_env_steps_per_s_torch_twin`` (reference only),
 ``syncs_per_sample``, ``event_waits_per_sample``, ``best_config``.
 """
 from __future__ import annotations
@@ -51,8 +56,8 @@ from ray.rllib.algorithms.dqn import DQNConfig
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 
-from benchmarks.common import (cell, count_syncs, parser, print_summary, print_table, result_header,
-                               results_path, write_json)
+from benchmarks.common import (cell, count_syncs, parser, print_summary, print_table, repo_relative,
+                               result_header, results_path, write_json)
 import rl_zerosync.envs  # noqa: F401  (registers the gymnasium ids)
 from rl_zerosync.envs import ENV_ID_IMPORTABLE, TORCH_ENV_ID_IMPORTABLE
 from rl_zerosync.env_runner import GPUEnvRunner
@@ -75,16 +80,21 @@ def env_config(args: argparse.Namespace, runner: Optional[dict] = None) -> dict:
     return cfg
 
 
-def stock_config(args: argparse.Namespace, env_id: str) -> DQNConfig:
-    """The stock runner's config: ``--stock-envs`` gymnasium twins per runner, routed (Discrete(5))."""
+STOCK_ENVS = [1, 4, 16, 64, 256]
+
+
+def stock_config(args: argparse.Namespace, env_id: str, envs: int) -> DQNConfig:
+    """The stock runner's config: ``envs`` gymnasium twins per runner, routed (Discrete(5))."""
     return base_config(args).environment(
         env_id, env_config={**env_config(args), "action_mode": "routed"}
-    ).env_runners(num_envs_per_env_runner=args.stock_envs, rollout_fragment_length=64)
+    ).env_runners(num_envs_per_env_runner=envs, rollout_fragment_length=64)
 
 
-def bench_stock(args: argparse.Namespace, env_id: str = ENV_ID_IMPORTABLE, env: str = "numpy twin") -> dict:
-    """Env steps/s of one stock runner in this process on the gymnasium twin ``env_id``."""
-    runner = SingleAgentEnvRunner(config=stock_config(args, env_id), worker_index=0)
+def bench_stock(args: argparse.Namespace, envs: int, env_id: str = ENV_ID_IMPORTABLE,
+                env: str = "numpy twin") -> dict:
+    """Env steps/s of one stock runner in this process on the gymnasium twin ``env_id``, ``envs``
+    vectorized twins."""
+    runner = SingleAgentEnvRunner(config=stock_config(args, env_id, envs), worker_index=0)
     runner.sample(num_timesteps=min(200, args.stock_steps))  # warm-up
     times = []
     for _ in range(args.stock_repeats):
@@ -95,10 +105,10 @@ def bench_stock(args: argparse.Namespace, env_id: str = ENV_ID_IMPORTABLE, env: 
     runner.stop()
     wall = statistics.median(times)
     return {"runner": "stock SingleAgentEnvRunner", "env": env, "env_id": env_id, "runners": 1,
-            "envs": args.stock_envs, "steps_per_call": steps, "median_s": wall, "env_steps_per_s": steps / wall}
+            "envs": envs, "steps_per_call": steps, "median_s": wall, "env_steps_per_s": steps / wall}
 
 
-def bench_stock_parallel(args: argparse.Namespace, num_runners: int, env_id: str = ENV_ID_IMPORTABLE,
+def bench_stock_parallel(args: argparse.Namespace, num_runners: int, envs: int, env_id: str = ENV_ID_IMPORTABLE,
                          env: str = "numpy twin") -> dict:
     """Env steps/s of ``num_runners`` stock runners (Ray actors, one CPU each) sampling concurrently.
 
@@ -110,7 +120,7 @@ def bench_stock_parallel(args: argparse.Namespace, num_runners: int, env_id: str
     own_ray = not ray.is_initialized()
     if own_ray:
         ray.init(num_cpus=num_runners, include_dashboard=False, log_to_driver=False)
-    cfg = stock_config(args, env_id).env_runners(num_env_runners=num_runners, num_cpus_per_env_runner=1)
+    cfg = stock_config(args, env_id, envs).env_runners(num_env_runners=num_runners, num_cpus_per_env_runner=1)
     group = EnvRunnerGroup(config=cfg, local_env_runner=False)
 
     def sample(n: int):
@@ -133,7 +143,7 @@ def bench_stock_parallel(args: argparse.Namespace, num_runners: int, env_id: str
         if own_ray:
             ray.shutdown()
     return {"runner": "stock SingleAgentEnvRunner", "env": env, "env_id": env_id, "runners": num_runners,
-            "envs": args.stock_envs, "steps_per_call": statistics.median(steps), "median_s": statistics.median(walls),
+            "envs": envs, "steps_per_call": statistics.median(steps), "median_s": statistics.median(walls),
             "env_steps_per_s": statistics.median(rates)}
 
 
@@ -185,15 +195,21 @@ def run(args: argparse.Namespace) -> dict:
     if cuda and not torch.cuda.is_available():
         raise SystemExit("no CUDA device: run with --quick for the CPU path")
     device = "cuda" if cuda else "cpu"
-    stock = bench_stock(args)
-    print(f"  stock, numpy twin, 1 runner: {stock['env_steps_per_s']:.3e} env steps/s", flush=True)
-    stock_all = bench_stock_parallel(args, args.stock_runners)
-    print(f"  stock, numpy twin, {args.stock_runners} runners: {stock_all['env_steps_per_s']:.3e} env steps/s",
-          flush=True)
+    sweep_runs = []
+    for envs in args.stock_envs:
+        sweep_runs.append(bench_stock(args, envs))
+        print(f"  stock, numpy twin, 1 runner, {envs:>4} envs: {sweep_runs[-1]['env_steps_per_s']:.3e} env steps/s",
+              flush=True)
+    stock = max(sweep_runs, key=lambda r: r["env_steps_per_s"])
+    chosen = stock["envs"]
+    print(f"  stock: {chosen} envs per runner chosen", flush=True)
+    stock_all = bench_stock_parallel(args, args.stock_runners, chosen)
+    print(f"  stock, numpy twin, {args.stock_runners} runners x {chosen} envs: "
+          f"{stock_all['env_steps_per_s']:.3e} env steps/s", flush=True)
     stock_runs = [stock, stock_all]
     stock_torch = None
     if not args.skip_torch_twin:
-        stock_torch = bench_stock(args, TORCH_ENV_ID_IMPORTABLE, "torch twin")
+        stock_torch = bench_stock(args, chosen, TORCH_ENV_ID_IMPORTABLE, "torch twin")
         stock_runs.append(stock_torch)
         print(f"  stock, torch twin (reference), 1 runner: {stock_torch['env_steps_per_s']:.3e} env steps/s",
               flush=True)
@@ -218,6 +234,7 @@ def run(args: argparse.Namespace) -> dict:
         "speedup_vs_stock_all_cores": ours / stock_all["env_steps_per_s"],
         "syncs_per_sample": max(syncs) if syncs else None,
         "event_waits_per_sample": max(waits) if waits else None,
+        "stock_envs_chosen": chosen,
         "stock_env_steps_per_s_numpy_twin": stock["env_steps_per_s"],
         "stock_env_steps_per_s_numpy_twin_all_cores": stock_all["env_steps_per_s"],
         "stock_runners_all_cores": stock_all["runners"],
@@ -231,8 +248,11 @@ def run(args: argparse.Namespace) -> dict:
         "goal_met_all_cores": ours >= 20e6 and ours / stock_all["env_steps_per_s"] >= 1000,
     }
     config = {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(args).items()}
+    config["out"] = repo_relative(args.out)
     return {**result_header("env_runner", device="cuda" if cuda else "cpu", config=config),
-            "stock": stock, "stock_runs": stock_runs, "rows": rows, "summary": summary}
+            "stock": stock, "stock_envs_sweep": {r["envs"]: r["env_steps_per_s"] for r in sweep_runs},
+            "stock_envs_chosen": chosen, "stock_sweep_runs": sweep_runs, "stock_runs": stock_runs, "rows": rows,
+            "summary": summary}
 
 
 def print_tables(result: dict) -> None:
@@ -255,7 +275,8 @@ def main(argv: Optional[list[str]] = None) -> dict:
     p.add_argument("--episode-len", type=int, default=256, help="env episode length")
     p.add_argument("--repeats", type=int, default=5, help="timed samples per measurement (median)")
     p.add_argument("--warmup", type=int, default=2, help="warm-up sample + sample_device pairs")
-    p.add_argument("--stock-envs", type=int, default=8, help="vectorized twins in the stock runner")
+    p.add_argument("--stock-envs", type=int, nargs="+", default=STOCK_ENVS,
+                   help="vectorized twins per stock runner, swept on one runner; the fastest is used on all cores")
     p.add_argument("--stock-steps", type=int, default=4000, help="env steps per stock sample call")
     p.add_argument("--stock-repeats", type=int, default=3, help="timed stock sample calls (median)")
     p.add_argument("--stock-runners", type=int, default=os.cpu_count() or 1,

@@ -307,9 +307,11 @@ def cartpole(r) -> str:
             "| best return mean |", "| --- | --- | ---: | ---: | ---: |"]
     for name, x in (("ZeroSyncDQN", l["ours"]), ("stock DQN", l["stock"])):
         st = x["setup"]
+        runners = st.get("env_runners")
+        runners = f"{runners or 'the local'} env runner{'' if runners in (0, 1) else 's'}"
         setup = (f"{st['envs']} envs × {st['steps']} steps, batch {st['train_batch_size_per_learner']}, replay "
                  f"ratio {st['replay_ratio']:g}" if name == "ZeroSyncDQN" else
-                 f"{st['settings']}, {st['env_runners']} env runners, batch {st['train_batch_size_per_learner']}")
+                 f"{st['settings']}, {runners}, batch {st['train_batch_size_per_learner']}")
         t_s = f"{x['time_to_target_s']:.1f}" if x["reached"] else f"not reached in {x['budget_s']:.0f}"
         steps = x.get("env_steps_to_target") or (x["curve"][-1]["env_steps"] if x["curve"] else None)
         out.append(f"| {name} | {setup} | {t_s} | {_num(steps)} | {x['best_return_mean']:.1f} |")
