@@ -195,6 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     --walk-forward`` run :func:`rl_zerosync.run.preflight.check` on the loaded settings before anything
     else, so these errors come before Ray starts. Other exceptions propagate unchanged.
 
+    A Ray instance the command starts (``train``, ``evaluate --walk-forward``) is shut down before it
+    returns, on every path (its algorithms are stopped first, where they are built); one that was
+    already running in this process is left running.
+
     Exit codes: 0 done; 1 a walk-forward with a fold that ended without an evaluation; 2 a bad
     input (``EXIT_INPUT``, also a run directory that disappeared during the run); 3 a guard halt
     (``EXIT_HALTED``); 4 a failed write (``EXIT_WRITE``: disk full, read-only); 128 + the signal
@@ -206,11 +210,13 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(_joined_values([a for a in argv if a != "--debug"]))
     args.debug = debug
     from rl_zerosync.run.ray_console import quiet_ray_notices
+    from rl_zerosync.run.ray_session import owned_ray
 
     quiet_ray_notices()  # Ray's repeated notices once at debug level, in this command only
     try:
-        _preflight(args)
-        return _command(args)
+        with owned_ray():  # a Ray this command starts is shut down before it returns
+            _preflight(args)
+            return _command(args)
     except KeyboardInterrupt:
         if debug:
             traceback.print_exc()

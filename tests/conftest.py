@@ -9,6 +9,9 @@
     needs Ray use it with ``pytestmark = pytest.mark.usefixtures("ray_local")``.
   - ``ray_instance``: a context manager, ``with ray_instance(**kwargs):``, for Ray around one block
     (a module fixture that trains once and stops Ray again, a test that starts its own instance).
+  - at the end of the session a Ray still running in this process (a test that started one and
+    did not stop it) is shut down, with a note on the terminal, so pytest never exits through
+    interpreter finalization with Ray's core worker and its threads alive.
 """
 from __future__ import annotations
 
@@ -57,3 +60,16 @@ def ray_local(request) -> Iterator[None]:
     ``RAY_INIT``, else :data:`RAY_LOCAL`), ``ray.shutdown()`` after its last test."""
     with _ray_running(**getattr(request.module, "RAY_INIT", RAY_LOCAL)):
         yield
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Shut down a Ray left running by a test, before the interpreter finalizes."""
+    from rl_zerosync.run.ray_session import ray_is_running
+
+    if ray_is_running():
+        import ray
+
+        ray.shutdown()
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line("note: a test left Ray running; shut down at the end of the session")
