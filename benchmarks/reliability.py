@@ -659,6 +659,40 @@ def fault_kill_in_evaluate(work: Path, base: Path) -> dict:
     return _fault("kill-9-in-evaluate", steps)
 
 
+def fault_evaluate_other_data(work: Path, base: Path) -> dict:
+    """``evaluate --data FILE`` without ``--out`` on a run that has its own evaluation: the run's
+    ``evaluation/`` stays byte for byte, the file's goes to ``evaluation_<stem>/``; a stale file planted
+    there is gone after the next evaluation of the same file (the directory is replaced whole)."""
+    root = work / "evaluate_other_data"
+    shutil.rmtree(root, ignore_errors=True)
+    run_dir = root / "run"
+    shutil.copytree(base, run_dir)
+    data = ROOT / "benchmarks" / "data" / "STOCKS_GOOGL.csv"
+    own = _run(_cli("evaluate", "--checkpoint", str(run_dir)), root, "own", timeout=240)
+    steps = [_step("evaluate (the run's own segments)", own, [] if own["rc"] == 0 else
+                   [f"exit code {own['rc']}: {_tail(own['stderr'])}"])]
+    before = _tree(run_dir / "evaluation")
+    args = _cli("evaluate", "--checkpoint", str(run_dir), "--data", str(data))
+    first = _run(args, root, "data", timeout=240)
+    out = run_dir / "evaluation_STOCKS_GOOGL"
+    failed = [] if first["rc"] == 0 else [f"exit code {first['rc']}: {_tail(first['stderr'])}"]
+    if _tree(run_dir / "evaluation") != before:
+        failed.append("the run's own evaluation/ changed")
+    if not (out / "metrics.json").is_file():
+        failed.append(f"no {out.name}/metrics.json")
+    steps.append(_step("evaluate --data FILE (no --out)", first, failed))
+    if out.is_dir():
+        (out / "bars_test.csv").write_text("stale\n")
+    again = _run(args, root, "again", timeout=240)
+    failed = [] if again["rc"] == 0 else [f"exit code {again['rc']}: {_tail(again['stderr'])}"]
+    if (out / "bars_test.csv").exists():
+        failed.append("a stale file of an earlier evaluation survived")
+    if _tree(run_dir / "evaluation") != before:
+        failed.append("the run's own evaluation/ changed")
+    steps.append(_step("the same file again (stale file planted)", again, failed))
+    return _fault("evaluate-other-data-keeps-the-run's-evaluation", steps)
+
+
 def fault_runner_kill(work: Path, iterations: int) -> dict:
     root = work / "runner_kill"
     run_dir = root / "r"
@@ -990,6 +1024,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
                 fault(fault_checkpoint_damage, work, base, kind, damage, rel, what)
             fault(fault_all_checkpoints_damaged, work, base, integrity.WEIGHTS, integrity._scribble)
             fault(fault_kill_in_evaluate, work, base)
+            fault(fault_evaluate_other_data, work, base)
         fault(fault_runner_kill, work, FULL_ITERS)
         fault(fault_data_error_remote_runners, work, data_dir, preflight)
         fault(fault_overwrite_keeps_other_files, work, 2)
