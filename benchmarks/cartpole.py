@@ -43,8 +43,8 @@ from typing import Optional
 
 import torch
 
-from benchmarks.common import (parser, print_summary, quick_path, repo_relative, result_header, results_path,
-                               timed_train, write_json)
+from benchmarks.common import (STOCK_ENVS, parser, print_summary, quick_path, repo_relative, result_header,
+                               results_path, timed_train, write_json)
 
 TARGET = 475.0
 OURS = dict(lr=1e-3, gamma=0.99, n_step=3, train_batch_size_per_learner=256, replay_ratio=2.0,
@@ -59,9 +59,6 @@ there, with one local learner: 5e-4)."""
 STOCK_MODEL = dict(fcnet_hiddens=[256], fcnet_activation="tanh", fcnet_bias_initializer="zeros_",
                    head_fcnet_bias_initializer="zeros_", head_fcnet_hiddens=[256])
 """The example's ``DefaultModelConfig`` (the rest: RLlib's defaults, e.g. relu heads)."""
-STOCK_ENVS = [1, 4, 16, 64, 256]
-
-
 def _sync() -> None:
     if torch.cuda.is_available():
         torch.cuda.synchronize()

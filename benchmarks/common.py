@@ -34,6 +34,10 @@ def results_path(name: str) -> str:
     return str(RESULTS / f"{name}.json")
 
 
+STOCK_ENVS = [1, 4, 16, 64, 256]
+"""Vectorized envs per stock env runner that the sampler benchmarks sweep (the fastest is used)."""
+
+
 def repo_relative(path: str | Path) -> str:
     """``path`` as the results JSON record it: relative to the repository root when it lies inside
     it (``benchmarks/results/<name>.json``), else as given."""

@@ -56,7 +56,7 @@ from ray.rllib.algorithms.dqn import DQNConfig
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 
-from benchmarks.common import (cell, count_syncs, parser, print_summary, print_table, repo_relative,
+from benchmarks.common import (STOCK_ENVS, cell, count_syncs, parser, print_summary, print_table, repo_relative,
                                result_header, results_path, write_json)
 import rl_zerosync.envs  # noqa: F401  (registers the gymnasium ids)
 from rl_zerosync.envs import ENV_ID_IMPORTABLE, TORCH_ENV_ID_IMPORTABLE
@@ -78,9 +78,6 @@ def env_config(args: argparse.Namespace, runner: Optional[dict] = None) -> dict:
     if runner is not None:
         cfg["runner"] = runner
     return cfg
-
-
-STOCK_ENVS = [1, 4, 16, 64, 256]
 
 
 def stock_config(args: argparse.Namespace, env_id: str, envs: int) -> DQNConfig:

@@ -132,6 +132,12 @@ def evidence_summary(seeds_summary: dict, per_seed: dict) -> dict:
                                                          seeds_summary.get("test_sharpe_seed_ci95"))}
 
 
+def best_on_validation(sweep: dict) -> str:
+    """The rule of a ``--sweep``: the finished variant with the highest mean best-validation Sharpe."""
+    done = {k: v for k, v in sweep.items() if "summary" in v}
+    return max(done, key=lambda k: done[k]["summary"]["best_validation_sharpe_mean"])
+
+
 def sweep_choice(path: str) -> dict:
     """The variant of a ``--sweep`` file with the highest mean best-validation Sharpe (the only thing the
     sweep measured), its overrides, and the trials the sweep made (every validation pass of every
@@ -142,7 +148,7 @@ def sweep_choice(path: str) -> dict:
         raise SystemExit(f"--from-sweep {path}: no finished variant")
     if any(v["summary"].get("test_read", True) for v in done.values()):
         raise SystemExit(f"--from-sweep {path}: expected a validation-only sweep (test_read false)")
-    name = max(done, key=lambda k: done[k]["summary"]["best_validation_sharpe_mean"])
+    name = best_on_validation(done)
     sharpes = [s for v in done.values() for p in v["per_seed"].values() for _, s in p["validation_curve"]]
     shown = Path(path).resolve()
     shown = shown.relative_to(ROOT) if shown.is_relative_to(ROOT) else shown
@@ -291,9 +297,8 @@ def main() -> int:
                 print(f"{name}: best validation sharpe {rep['summary']['best_validation_sharpe_mean']:+.3f} "
                       f"({rep['wall_s']:.0f} s)", flush=True)
                 write_json(result, args.out)
-        done = {k: v for k, v in result["sweep"].items() if "summary" in v}
-        if done:  # the rule a later --from-sweep applies: the highest mean best-validation Sharpe
-            result["chosen_on_validation"] = max(done, key=lambda k: done[k]["summary"]["best_validation_sharpe_mean"])
+        if any("summary" in v for v in result["sweep"].values()):  # what a later --from-sweep applies
+            result["chosen_on_validation"] = best_on_validation(result["sweep"])
             print(f"chosen on validation: {result['chosen_on_validation']}", flush=True)
             write_json(result, args.out)
         if not args.no_timing:

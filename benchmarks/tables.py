@@ -75,8 +75,7 @@ def learning(r) -> str:
     sm = r["summary"]
     first = next(iter(r["budgets"].values()))
     out += ["", f"Verdict: {_verdict(sm['agent_minus_best_rule_ci95'], sm['agent_minus_best_rule'])}; "
-                f"{first['wall_s']:.0f} s wall for "
-                f"{sm['seeds']} seeds run one at a time.",
+                f"{first['wall_s']:.0f} s wall for {sm['seeds']} seeds.",
             f"Intervals: {sm['ci_method']}.", f"Trials counted: {sm['trials_counted']}."]
     spread = sm.get("test_sharpe_seed_spread")
     if spread:
