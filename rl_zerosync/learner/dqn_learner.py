@@ -134,6 +134,7 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
             compiled=bool(s.compile and self._device.type == "cuda"),
         )
         self._sample: Optional[ReplaySample] = None
+        self._sample_rows: Optional[torch.Tensor] = None  # a population's row for the static batch (adopt_rows)
         self._grad_seed: Optional[torch.Tensor] = None
         self._batch: Optional[Dict[str, torch.Tensor]] = None
         # Routed / flat updates from the device replay: loss, dL/dQ, |TD| and Q stats in one td_loss launch.
@@ -402,18 +403,9 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
             raise ValueError(f"num_updates must be an int >= 0, got {num_updates!r}")
         if num_updates and self.replay.size == 0:
             raise ValueError("the replay buffer is empty: learner.replay.add(rollout) before train()")
-        if self._sample is None:
-            self._sample = self.replay.make_sample_buffers(self.settings.train_batch_size_per_learner)
-            self._batch = self._sample.as_batch()
-            if not self.settings.prioritized:
-                del self._batch[WEIGHTS]  # uniform replay: all weights are 1 (the loss skips the multiply)
-            self.guard.bind_q(self.settings.train_batch_size_per_learner, self._num_q)
-            if self._fused_td:
-                self._bind_td(self.settings.train_batch_size_per_learner, self.settings.prioritized)
-            if self._fused_mlp:
-                self._bind_mlp()
+        self.prepare_updates()
         if num_updates:
-            self._weights_seq_no += 1  # the weights change, as in Learner.update()
+            self.weights_changed()
         freq = self.settings.target_network_update_freq
         block, bs = self.settings.updates_per_graph, self.settings.train_batch_size_per_learner
         done = 0
@@ -425,16 +417,116 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
                     for _ in range(block):
                         self._count_update(bs)
                     done += block
+                    if self._updates % freq == 0:
+                        self._update_targets()
                 else:
                     if self._graphed is not None:
                         self._graphed()
                     else:
                         self._device_update()
-                    self._count_update(bs)
+                    self.after_update()
                     done += 1
-                if self._updates % freq == 0:
-                    self._targets.update()
-                    self._target_updates += 1
+
+    # ---- the parts of train() a population drives for its members (population_update.py) -----------
+    def prepare_updates(self) -> None:
+        """Allocate and bind the static batch and the update's buffers (once; again after :meth:`adopt_rows`)."""
+        if self._sample is not None:
+            return
+        bs = self.settings.train_batch_size_per_learner
+        self._sample = self.replay.make_sample_buffers(bs, packed=self._sample_rows)
+        self._batch = self._sample.as_batch()
+        if not self.settings.prioritized:
+            del self._batch[WEIGHTS]  # uniform replay: all weights are 1 (the loss skips the multiply)
+        self.guard.bind_q(bs, self._num_q)
+        if self._fused_td:
+            self._bind_td(bs, self.settings.prioritized)
+        if self._fused_mlp:
+            self._bind_mlp()
+
+    def weights_changed(self) -> None:
+        """Count a new version of the weights (updates were issued), as ``Learner.update()`` does."""
+        self._weights_seq_no += 1
+
+    def device_update(self) -> None:
+        """One update from the device replay, eager (:meth:`prepare_updates` first); no host read."""
+        self._device_update()
+
+    def draw_batch(self) -> None:
+        """Sample the static batch from the replay (the first part of an update; advances the replay's RNG)."""
+        self._parts.sample_into(self._sample)
+
+    @property
+    def static_batch(self) -> Dict[str, torch.Tensor]:
+        """The static batch the updates read (:meth:`prepare_updates` first): RLlib column names plus
+        ``discounts`` (and ``weights`` with prioritized replay)."""
+        return self._batch
+
+    @property
+    def sample_indices(self) -> torch.Tensor:
+        """The replay rows of the static batch (for the priority update)."""
+        return self._sample.indices
+
+    def after_update(self) -> None:
+        """The host bookkeeping after one update was issued: the update count, the collapse warmup
+        switch and, every ``target_network_update_freq`` updates, the target-network update (launches, no read)."""
+        self._count_update(self.settings.train_batch_size_per_learner)
+        if self._updates % self.settings.target_network_update_freq == 0:
+            self._update_targets()
+
+    def _update_targets(self) -> None:
+        self._targets.update()
+        self._target_updates += 1
+
+    def release_grads(self) -> None:
+        """Before a CUDA graph capture of updates: gradients set to None, so backward allocates them from
+        the graph's pool (a no-op where the linear kernels write into the flat slots)."""
+        self._before_capture()
+
+    @property
+    def q_module(self) -> torch.nn.Module:
+        """The trained RLModule, unwrapped (not the DDP wrapper)."""
+        return self.module[self._mid].unwrapped()
+
+    def target_pairs(self) -> List[Tuple[torch.nn.Parameter, torch.nn.Parameter]]:
+        """``(online, target)`` parameter pairs of the trained module, in the optimizer's order."""
+        inner = self.q_module
+        pairs = []
+        for online, target in inner.get_target_network_pairs():
+            pairs += list(zip(online.parameters(), target.parameters()))
+        return pairs
+
+    def adopt_rows(self, *, flat: Dict[str, torch.Tensor], guard: Dict[str, torch.Tensor],
+                   target_params: torch.Tensor, sample_rows: torch.Tensor) -> None:
+        """Move this learner's device state into rows of a population's stacked buffers (member k's rows):
+        the flat parameters, gradients and Adam moments (:meth:`FlatAdam.adopt`), the guard's buffers
+        (:meth:`TrainingGuard.adopt`), the target network (``target_params``, float32 ``[numel]``, laid out
+        like the flat parameters) and the static batch's packed rows (``sample_rows``, int32 ``[B,
+        row_words]``). Values are copied, so the learner trains on exactly as before; its bound buffers
+        and captured graph are made again on the next update."""
+        if self.distributed:
+            raise ValueError("adopt_rows: not with num_learners > 1 (DDP)")
+        flat_adam = self._flat
+        if target_params.shape != (flat_adam.numel,) or target_params.dtype != torch.float32:
+            raise ValueError(f"adopt_rows: target_params must be float32 [{flat_adam.numel}], got "
+                             f"{target_params.dtype} {list(target_params.shape)}")
+        bs = self.settings.train_batch_size_per_learner
+        if sample_rows.shape != (bs, self.replay.row_words) or sample_rows.dtype != torch.int32:
+            raise ValueError(f"adopt_rows: sample_rows must be int32 [{bs}, {self.replay.row_words}], got "
+                             f"{sample_rows.dtype} {list(sample_rows.shape)}")
+        self.guard.adopt(guard)
+        flat_adam.adopt(flat, found_inf=self.guard.found_inf, loss_scale=self.guard.loss_scale,
+                        grad_norm=self.guard.grad_norm)
+        with torch.no_grad():
+            for online, target in self.target_pairs():
+                view = target_params[flat_adam.slot(online)].view(target.shape)
+                view.copy_(target.detach())
+                target.data = view
+        inner = self.module[self._mid].unwrapped()
+        self._targets = TargetUpdater(pairs=inner.get_target_network_pairs(), tau=self.settings.tau)
+        self._sample_rows = sample_rows
+        self._sample, self._batch, self._td, self._mlp = None, None, None, None
+        if self._graphed is not None:
+            self._graphed.reset()
 
     def _block_fits(self, n: int) -> bool:
         """Whether the next ``n`` updates can run as one graph launch: no target-network update and
@@ -452,14 +544,16 @@ class ZeroSyncDQNTorchLearner(DQNTorchLearner):
         """TF32 matmuls for the update when ``learner.tf32`` is on (CUDA), else a no-op context."""
         return tf32_matmuls(self.settings.tf32 and self._device.type == "cuda")
 
-    def collect_metrics(self) -> Dict[str, float]:
+    def collect_metrics(self, values: Optional[List[float]] = None) -> Dict[str, float]:
         """The one readback per iteration; may raise :class:`~rl_zerosync.learner.training_guard.TrainingHalted`.
+
+        ``values``: the guard's pack already read back by a population (one readback for all members).
 
         Returns the guard metrics of :mod:`rl_zerosync.learner.training_guard` plus ``target_updates``
         (target-network updates issued by ``train()`` so far) as Python floats, and logs them to
         ``self.metrics`` under ``(module_id, "zerosync", name)`` (window 1).
         """
-        metrics = self.guard.collect()
+        metrics = self.guard.collect(values)
         metrics["target_updates"] = float(self._target_updates)
         for key, value in metrics.items():
             self.metrics.log_value((self._mid, COMPONENT_ZEROSYNC, key), value, window=1)

@@ -36,7 +36,10 @@ import torch
 from rl_zerosync.kernels import Kernels
 from rl_zerosync.kernels.norm import NORM_CHUNK
 
-__all__ = ["ALIGN", "NORM_CHUNK", "FlatAdam"]
+__all__ = ["ALIGN", "NORM_CHUNK", "STACKED", "FlatAdam"]
+
+STACKED = ("flat_params", "flat_grads", "exp_avg", "exp_avg_sq", "step_count")
+"""The flat buffers a population stacks with a member dimension (:meth:`FlatAdam.adopt`)."""
 
 ALIGN = 64
 """Each parameter's offset in the flat buffers is a multiple of this many elements (256 bytes)."""
@@ -121,6 +124,48 @@ class FlatAdam:
             beta2=float(betas[1]), eps=float(group["eps"]), weight_decay=float(group["weight_decay"]),
             grad_clip=grad_clip,
         )
+
+    def adopt(self, rows: dict, *, found_inf: torch.Tensor, loss_scale: torch.Tensor,
+              grad_norm: torch.Tensor) -> None:
+        """Move the flat buffers into ``rows`` (:data:`STACKED` name -> a float32 tensor of that buffer's
+        shape on this device, e.g. member k's row of a population's ``[P, numel]`` buffers): the values
+        are copied there, the parameters and the optimizer's state become views of them, and
+        ``adam_step`` is bound to them and to the guard's (possibly moved) ``found_inf``, ``loss_scale``
+        and ``grad_norm``. A CUDA graph captured before must be dropped by its owner."""
+        if set(rows) != set(STACKED):
+            raise ValueError(f"FlatAdam.adopt: expected rows for {sorted(STACKED)}, got {sorted(rows)}")
+        for name, row in rows.items():
+            own = getattr(self, name)
+            if row.shape != own.shape or row.dtype != own.dtype or row.device != own.device:
+                raise ValueError(f"FlatAdam.adopt: {name} must be {own.dtype} {list(own.shape)} on "
+                                 f"{own.device}, got {row.dtype} {list(row.shape)} on {row.device}")
+            if not row.is_contiguous():
+                raise ValueError(f"FlatAdam.adopt: {name} must be contiguous")
+            row.copy_(own)
+            setattr(self, name, row)
+        self._bind_params()
+        self._install_state()
+        for p in self.params:
+            if p.grad is not None and p.grad.data_ptr() != self.grad_slot(p).data_ptr():
+                p.grad = None
+        self._norm = None
+        self._bind_args = (found_inf, loss_scale, grad_norm, self._bind_args[3])
+        self._bind_step()
+
+    def slot(self, param: torch.nn.Parameter) -> slice:
+        """The slice of the flat buffers that holds ``param``."""
+        for p, sl in zip(self.params, self._slices):
+            if p is param:
+                return sl
+        raise ValueError(f"slot: a parameter of shape {list(param.shape)} is not one of this optimizer's")
+
+    @property
+    def hyperparameters(self) -> dict:
+        """The step's hyperparameters as bound: ``lr``, ``beta1``, ``beta2``, ``eps``, ``weight_decay``, ``grad_clip``."""
+        group = self.optimizer.param_groups[0]
+        return {"lr": float(group["lr"]), "beta1": float(group["betas"][0]), "beta2": float(group["betas"][1]),
+                "eps": float(group["eps"]), "weight_decay": float(group["weight_decay"]),
+                "grad_clip": self._bind_args[3]}
 
     def set_lr(self, lr: float) -> None:
         """A new learning rate for the next steps (population based training): the param group's

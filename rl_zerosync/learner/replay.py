@@ -351,12 +351,27 @@ class DeviceReplayBuffer:
             self.priorities[start : start + n].copy_(self.max_priority.expand(n))
 
     # ---- sample ------------------------------------------------------------------------------
-    def make_sample_buffers(self, batch_size: int) -> ReplaySample:
-        """Allocate the static buffers :meth:`sample_into` writes a batch of ``batch_size`` into."""
+    def columns_of(self, packed: torch.Tensor) -> Dict[str, torch.Tensor]:
+        """Views of int32 ``[N, row_words]`` rows laid out as this buffer's (e.g. a population's stacked
+        batch), per stored column: ``obs``, ``next_obs``, ``actions``, ``rewards``, ``discounts``, ``terminateds``."""
+        if packed.dim() != 2 or packed.shape[1] != self.row_words or packed.dtype != torch.int32:
+            raise ValueError(f"columns_of: expected int32 [N, {self.row_words}], got {packed.dtype} {list(packed.shape)}")
+        return self._layout.columns(packed)
+
+    def make_sample_buffers(self, batch_size: int, packed: Optional[torch.Tensor] = None) -> ReplaySample:
+        """Allocate the static buffers :meth:`sample_into` writes a batch of ``batch_size`` into.
+
+        ``packed``: the int32 ``[batch_size, row_words]`` rows to use (e.g. member k's row of a
+        population's stacked batch), contiguous on this device; None allocates them."""
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
         dev, b = self.device, batch_size
-        packed = torch.zeros((b, self.row_words), dtype=torch.int32, device=dev)
+        if packed is None:
+            packed = torch.zeros((b, self.row_words), dtype=torch.int32, device=dev)
+        elif (packed.shape != (b, self.row_words) or packed.dtype != torch.int32 or packed.device != dev
+              or not packed.is_contiguous()):
+            raise ValueError(f"make_sample_buffers: packed must be contiguous int32 [{b}, {self.row_words}] on "
+                             f"{dev}, got {packed.dtype} {list(packed.shape)} on {packed.device}")
         return ReplaySample(
             indices=torch.zeros(b, dtype=torch.int64, device=dev),
             **self._layout.columns(packed),

@@ -54,7 +54,7 @@ from rl_zerosync.kernels import AsyncReadback, Kernels, qstats_scratch_numel
 from rl_zerosync.kernels.layouts import ACCUM, CHECK, FLAGS, PACK, QAGG, QSTATS, RECORD
 from rl_zerosync.learner.learner_settings import LearnerSettings
 
-__all__ = ["CHECKS", "TrainingGuard", "TrainingHalted", "METRIC_NAMES", "combine_ranks"]
+__all__ = ["STACKED", "pack_rows", "CHECKS", "TrainingGuard", "TrainingHalted", "METRIC_NAMES", "combine_ranks"]
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +76,10 @@ METRIC_NAMES = (
     "updates_lifetime",
 )
 _SEEN, _INDEX = RECORD.offset("seen"), RECORD.offset("update_index")
+STACKED = ("loss", "grad_norm", "warmup_done", "clipped_loss", "loss_scale", "found_inf", "flags", "accum",
+           "qstats_out", "div_counter", "div_flag", "qagg", "records", "update_index")
+"""The guard's per-update buffers (attributes), which a population stacks with a member dimension
+(:meth:`TrainingGuard.adopt`)."""
 
 
 def _unpack(vals: List[float]) -> Tuple[Dict[str, float], List[List[float]]]:
@@ -144,6 +148,20 @@ def combine_ranks(
         if fired:
             recs0[d] = min(fired, key=lambda rec: rec[_INDEX])  # the earliest trigger over the ranks
     return out, recs0
+
+
+def _pack_parts(g) -> Dict[str, torch.Tensor]:
+    """The :data:`PACK` fields of a guard's buffers (one guard: 1-D; stacked rows: a leading member dim)."""
+    lead = g.accum.shape[:-1]
+    return {"accum": g.accum, "qagg": g.qagg, "div_counter": g.div_counter.to(torch.float64),
+            "div_flag": g.div_flag.to(torch.float64), "records": g.records.reshape(lead + (-1,)),
+            "update_index": g.update_index}
+
+
+def pack_rows(stacked, out: torch.Tensor) -> None:
+    """Every member's :data:`PACK` into ``out [P, PACK.size]`` from stacked guard buffers (an object with
+    the :data:`STACKED` attributes, each ``[P, ...]``): one readback for a whole population."""
+    torch.cat(PACK.ordered(_pack_parts(stacked)), dim=1, out=out)
 
 
 class TrainingHalted(RuntimeError):
@@ -231,6 +249,21 @@ class TrainingGuard:
         self._gathered = torch.zeros((self.world_size, PACK.size), dtype=torch.float64, device=dev)
         self._readback = AsyncReadback(self.world_size * PACK.size, torch.float64, dev)
         self._reset_qagg()
+        self._bind()
+        self._qstats: Dict[Tuple[int, int], torch.Tensor] = {}
+        self._pending: Optional[tuple] = None
+        self.rank = torch.distributed.get_rank() if self.world_size > 1 else 0
+        self.last_local_q: Dict[str, float] = {}
+        """This rank's own Q stats at the last :meth:`collect` (before combining over the ranks)."""
+
+    @property
+    def collapse_threshold(self) -> float:
+        """The collapse check's grad-norm threshold as bound (``lr x collapse_multiplier`` at build)."""
+        return float(self.settings.collapse_threshold)
+
+    def _bind(self) -> None:
+        """Bind (validate) the per-update launches on the current buffers."""
+        settings, kernels = self.settings, self.kernels
         self._check = kernels.bind_guard_check(
             self.loss, self.grad_norm, self.warmup_done, self.flags, self.clipped_loss, self.loss_scale,
             self.found_inf, loss_clip=float(settings.loss_clip), collapse_threshold=settings.collapse_threshold,
@@ -243,11 +276,26 @@ class TrainingGuard:
             self.clipped_loss, self.loss, self.grad_norm, self.flags, self.qstats_out, self.div_flag, self.accum,
             self.qagg, self.records, self.update_index,
         )
-        self._qstats: Dict[Tuple[int, int], torch.Tensor] = {}
-        self._pending: Optional[tuple] = None
-        self.rank = torch.distributed.get_rank() if self.world_size > 1 else 0
-        self.last_local_q: Dict[str, float] = {}
-        """This rank's own Q stats at the last :meth:`collect` (before combining over the ranks)."""
+
+    def adopt(self, rows: Dict[str, torch.Tensor]) -> None:
+        """Move the per-update buffers into ``rows`` (name -> a tensor of the buffer's shape and dtype on
+        this device, e.g. member k's row of a population's stacked buffer, :data:`STACKED`): their values
+        are copied there, the guard uses them from now on and its launches are bound to them again."""
+        if self.world_size > 1:
+            raise ValueError("TrainingGuard.adopt: not with DDP (world_size > 1)")
+        if set(rows) != set(STACKED):
+            raise ValueError(f"TrainingGuard.adopt: expected rows for {sorted(STACKED)}, got {sorted(rows)}")
+        for name, row in rows.items():
+            own = getattr(self, name)
+            if row.shape != own.shape or row.dtype != own.dtype or row.device != own.device:
+                raise ValueError(f"TrainingGuard.adopt: {name} must be {own.dtype} {list(own.shape)} on "
+                                 f"{own.device}, got {row.dtype} {list(row.shape)} on {row.device}")
+            row.copy_(own)
+            setattr(self, name, row)
+        self._bind()
+        shapes, self._qstats = list(self._qstats), {}
+        for rows_cols in shapes:
+            self.bind_q(*rows_cols)
 
     def _reset_qagg(self) -> None:
         self.qagg.zero_()
@@ -307,22 +355,27 @@ class TrainingGuard:
         self._record()
 
     # ---- boundary ----------------------------------------------------------------------------
-    def collect(self) -> Dict[str, float]:
+    def collect(self, values: Optional[List[float]] = None) -> Dict[str, float]:
         """The one readback per iteration: metrics as floats; zeroes the per-iteration accumulators.
 
+        ``values``: this guard's pack (:data:`PACK`) already read back by its owner (a population reads
+        every member's pack in one readback, :func:`pack_rows`); None reads it here.
         Call :meth:`apply_policies` afterwards to warn or raise for the checks that fired.
         """
-        parts = {"accum": self.accum, "qagg": self.qagg, "div_counter": self.div_counter.to(torch.float64),
-                 "div_flag": self.div_flag.to(torch.float64), "records": self.records.reshape(-1),
-                 "update_index": self.update_index}
-        torch.cat(PACK.ordered(parts), out=self._pack)
-        if self.world_size > 1:
-            # One collective at the boundary: every rank gets every rank's pack.
-            torch.distributed.all_gather(list(self._gathered.unbind(0)), self._pack)
-            self._readback.start(self._gathered)
+        if values is not None:
+            if self.world_size > 1 or len(values) != PACK.size:
+                raise ValueError(f"collect: values must be one rank's pack of {PACK.size} floats, got "
+                                 f"{len(values)} (world size {self.world_size})")
+            vals = list(values)
         else:
-            self._readback.start(self._pack)
-        vals = self._readback.wait().tolist()  # host read: the one readback per training iteration
+            torch.cat(PACK.ordered(_pack_parts(self)), out=self._pack)
+            if self.world_size > 1:
+                # One collective at the boundary: every rank gets every rank's pack.
+                torch.distributed.all_gather(list(self._gathered.unbind(0)), self._pack)
+                self._readback.start(self._gathered)
+            else:
+                self._readback.start(self._pack)
+            vals = self._readback.wait().tolist()  # host read: the one readback per training iteration
         self.accum.zero_()
         self._reset_qagg()
         self.records[CHECK.span("nonfinite", "grad_collapse")].zero_()  # divergence: cleared by apply_policies
