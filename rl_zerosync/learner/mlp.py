@@ -34,13 +34,13 @@ from rl_zerosync.kernels.layernorm import layernorm_part_numel
 from rl_zerosync.kernels.linear import backward_gemms, forward_gemms, workspace
 from rl_zerosync.learner.flat_adam import FlatAdam
 
-__all__ = ["MLPKernels", "mlp_kernel_blocker"]
+__all__ = ["MLPKernels", "mlp_kernel_blocker", "plain_layers"]
 
 
 Layer = Tuple[nn.Linear, Optional[nn.LayerNorm]]
 
 
-def _plain_layers(net: nn.Module) -> Optional[List[Layer]]:
+def plain_layers(net: nn.Module) -> Optional[List[Layer]]:
     """``(Linear, LayerNorm or None)`` per layer of a ``QNetwork`` made of ``Linear, [LayerNorm], ReLU``
     hidden layers and a Linear head (whose LayerNorm is None), else None."""
     torso, head = getattr(net, "torso", None), getattr(net, "head", None)
@@ -69,7 +69,7 @@ def mlp_kernel_blocker(module: nn.Module) -> Optional[str]:
         return "dueling=True"
     if getattr(module, "dropout", 0.0) > 0.0:
         return "dropout > 0"
-    if _plain_layers(module.q_net) is None or _plain_layers(module.target_q_net) is None:
+    if plain_layers(module.q_net) is None or plain_layers(module.target_q_net) is None:
         return "the Q network is not a plain Linear/[LayerNorm]/ReLU stack"
     return None
 
@@ -94,7 +94,7 @@ class MLPKernels:
         reason = mlp_kernel_blocker(module)
         if reason is not None:
             raise ValueError(f"MLPKernels: unsupported module: {reason}")
-        online, target = _plain_layers(module.q_net), _plain_layers(module.target_q_net)
+        online, target = plain_layers(module.q_net), plain_layers(module.target_q_net)
         b = int(obs.shape[0])
         try:
             x, x_next = obs.view(b, -1), next_obs.view(b, -1)

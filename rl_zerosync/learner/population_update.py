@@ -44,7 +44,7 @@ from rl_zerosync.kernels.layouts import PACK
 from rl_zerosync.learner import flat_adam as fa
 from rl_zerosync.learner import training_guard as tg
 from rl_zerosync.learner.graph import GraphedUpdate
-from rl_zerosync.learner.mlp import _plain_layers, mlp_kernel_blocker
+from rl_zerosync.learner.mlp import plain_layers, mlp_kernel_blocker
 from rl_zerosync.learner.replay import DISCOUNTS, WEIGHTS
 
 __all__ = ["UPDATE_MODES", "PopulationUpdate", "batched_blocker"]
@@ -165,7 +165,7 @@ class PopulationUpdate:
 
             return [M.MemberLayer(view(lin.weight), view(lin.bias), None if norm is None else view(norm.weight),
                                   None if norm is None else view(norm.bias), 1e-5 if norm is None else float(norm.eps))
-                    for lin, norm in _plain_layers(net)]
+                    for lin, norm in plain_layers(net)]
 
         online = member_layers(inner.q_net, self.flat["flat_params"])
         grads = member_layers(inner.q_net, self.flat["flat_grads"])

@@ -44,7 +44,9 @@ def train_population(settings: Settings, overwrite: bool = False) -> dict:
             finally:
                 sharded.close()
         with contextlib.ExitStack() as stack:
-            return _run(Population(settings, pop, members, stack))
+            population = Population(settings, pop, members, stack)
+            print(population.update_line, flush=True)
+            return _run(population)
 
 
 def evaluate_ensemble(settings: Settings, pop: PopulationSettings, rows: list[dict]) -> dict | None:

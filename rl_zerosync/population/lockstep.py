@@ -13,8 +13,11 @@ checkpoint is written, each is evaluated (the test segment, read once, for the r
 ``population.json`` (:mod:`rl_zerosync.population.report`) and the leaderboard are written.
 
 A member here is one RLlib algorithm (its own learner and env runner); the members share the
-process, the device, the validation data and Ray, not yet one batched update: a learner and a
-runner with a member dimension are later steps (see ``docs/population.md``).
+process, the device, the validation data and Ray, and one learner update
+(:class:`~rl_zerosync.learner.population_update.PopulationUpdate`: their learners' state stacked
+with a member dimension, ``population.update`` batched or per member, one readback of all members'
+metrics per iteration). Each member's env runner still samples its own rollout (a runner with a
+member dimension is a later step, see ``docs/population.md``).
 """
 from __future__ import annotations
 
@@ -52,6 +55,10 @@ class Population:
         self.indices = list(range(pop.size)) if indices is None else list(indices)
         self.metric = settings.run.eval_metric
         self.loops = _build(members, pop, stack)
+        self.update, why = _population_update(self.loops, pop.update)
+        self.update_line = (f"learner update: {self.update.mode}, one population update for {len(self.loops)} "
+                            f"member(s)" if self.update is not None else f"learner update: each member alone ({why})")
+        """One line: how the members' learner updates run."""
         self.pbt = Pbt(pop, self.metric) if pop.pbt_every else None
         self.passes = 0
         self._t0 = time.perf_counter()
@@ -65,11 +72,21 @@ class Population:
         return self.pbt.lineage if self.pbt is not None else {}
 
     def step_members(self) -> bool:
-        """One iteration of every member still training; True when it ended with a validation pass."""
+        """One iteration of every member still training; True when it ended with a validation pass.
+
+        With the population's learner update (:attr:`update`): every member samples and adds its
+        rollout, then every member's updates run at once, then one readback of every member's
+        metrics, then each member completes its iteration (validation, checkpoints, logs)."""
         stepped = [loop for loop in self.loops if not loop.done]
         for loop in self.loops:
             if loop.done:  # stopped early: its last pass is not this iteration's
                 loop.result.pop("eval", None)
+        if self.update is not None:
+            ks = [loop.algo.sample_for_population() if not loop.done else 0 for loop in self.loops]
+            self.update.train(ks)
+            for loop, pack in zip(self.loops, self.update.collect()):
+                if not loop.done:
+                    loop.algo.set_population_pack(pack)
         for loop in stepped:
             loop.step()
         return any("eval" in loop.result for loop in stepped)
@@ -111,6 +128,21 @@ class Population:
         """``population.json``'s row of every member here."""
         return [member_row(self.pop.members[k], loop.selection, loop.run_dir.path, lineage.get(k, []))
                 for k, loop in zip(self.indices, self.loops)]
+
+
+def _population_update(loops: list[TrainLoop], mode: str):
+    """``(PopulationUpdate, None)`` over the members' learners, or ``(None, why not)``: it needs each
+    member's learner and env runner in this process (``num_learners`` 0, ``num_env_runners`` 0) and no
+    ``runner.overlap``."""
+    from rl_zerosync.learner.population_update import PopulationUpdate
+
+    for k, loop in enumerate(loops):
+        a = loop.settings.algo
+        if a.num_learners or a.num_env_runners:
+            return None, f"member {k} has num_learners {a.num_learners}, num_env_runners {a.num_env_runners}; needs 0"
+        if loop.settings.runner.typed.overlap:
+            return None, f"member {k} has runner.overlap on"
+    return PopulationUpdate([loop.algo.local_learner for loop in loops], mode=mode), None
 
 
 def _build(members: list[Settings], pop: PopulationSettings, stack: contextlib.ExitStack) -> list[TrainLoop]:

@@ -14,6 +14,7 @@ search space of the points, written in Ray Tune's syntax and resolved by Tune::
       pbt_every: 0
       pbt_quantile: 0.25
       shards: 1
+      update: auto                             # batched | per_member | auto (learner/population_update.py)
 
 Each value of ``search`` is one of :data:`DISTRIBUTIONS` (``{name: args}``, made into the Tune object
 of that name: ``tune.grid_search``, ``tune.choice``, ``tune.uniform``, ...) or a plain value (fixed).
@@ -40,6 +41,7 @@ from ray import tune
 from ray.tune.search.variant_generator import generate_variants
 
 from rl_zerosync.config.yaml_values import SettingsError, epsilon_numbers, float_text
+from rl_zerosync.learner.population_update import UPDATE_MODES
 
 __all__ = ["DISTRIBUTIONS", "MAX_MEMBERS", "Member", "PopulationSettings", "SEARCH_KEYS", "SHAPE_KEYS", "describe",
            "member_overrides", "parse_population"]
@@ -62,7 +64,7 @@ DISTRIBUTIONS = {"grid_search": tune.grid_search, "choice": tune.choice, "unifor
 _BOUNDS = {"uniform": 2, "loguniform": 2, "quniform": 3, "qloguniform": 3, "randint": 2}
 """Arguments of the ranged distributions: ``[lo, hi]`` or ``[lo, hi, q]``."""
 _FIELDS = ("seeds", "num_samples", "search", "search_seed", "ensemble_top_k", "pbt_every", "pbt_quantile",
-           "shards")
+           "shards", "update")
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,10 @@ class PopulationSettings:
     """Fraction of members in PBT's bottom (replaced) and top (copied) groups, in (0, 0.5]."""
     shards: int = 1
     """Learner actors the members are spread over (1 <= shards <= P)."""
+    update: str = "auto"
+    """How the members' learner updates run (``learner/population_update.py``): ``batched`` (one update of
+    all members, batched GEMMs), ``per_member`` (each member's own update: bit for bit its single run) or
+    ``auto`` (``batched`` on CUDA where it can run, else ``per_member``)."""
     points: list[dict[str, Any]] = field(default_factory=list)
     """The resolved points, each a dict dotted key -> concrete value, in Tune's order."""
     members: list[Member] = field(default_factory=list)
@@ -257,6 +263,9 @@ def parse_population(raw: dict | None, source: str) -> PopulationSettings | None
     number = None if isinstance(pbt_quantile, bool) else _number(pbt_quantile)
     if number is None or not 0 < number <= 0.5:
         raise _fail(source, "pbt_quantile", f"expected a float in (0, 0.5], got {pbt_quantile!r}")
+    update = raw.get("update", "auto")
+    if update not in UPDATE_MODES:
+        raise _fail(source, "update", f"expected one of {', '.join(UPDATE_MODES)}, got {update!r}")
     points = _resolve(space, num_samples, search_seed, source)
     members = [Member(index=p * len(seeds) + i, seed=seed, point=p, overrides=point)
                for p, point in enumerate(points) for i, seed in enumerate(seeds)]
@@ -264,7 +273,7 @@ def parse_population(raw: dict | None, source: str) -> PopulationSettings | None
         seeds=seeds, num_samples=num_samples, search=dict(search), search_seed=search_seed,
         ensemble_top_k=_int_field(raw, "ensemble_top_k", 0, 0, size, source),
         pbt_every=_int_field(raw, "pbt_every", 0, 0, None, source), pbt_quantile=float(number),
-        shards=_int_field(raw, "shards", 1, 1, size, source), points=points, members=members)
+        shards=_int_field(raw, "shards", 1, 1, size, source), update=update, points=points, members=members)
 
 
 def _text(value: Any) -> str:
