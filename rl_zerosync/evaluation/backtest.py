@@ -115,14 +115,14 @@ def evaluate_policy(
     return result
 
 
-def walk_result(walk: SegmentWalk, records: Mapping[str, np.ndarray]) -> EvalResult:
-    """Curves and metrics of a one-replica walk's host records."""
+def walk_result(walk: SegmentWalk, records: Mapping[str, np.ndarray], replica: int = 0) -> EvalResult:
+    """Curves and metrics of one replica of a walk's host records (a one-replica walk: replica 0)."""
     data = walk.data
     recs, equity, stamps, bars, metrics = [], [], [], [], {}
     counts = np.zeros(NUM_ACTIONS)
     offsets = data.offsets or (0,) * data.num_assets
     for a, name in enumerate(data.asset_names):
-        rec = walk.env_records(records, a)
+        rec = walk.env_records(records, a, replica)
         n, start = walk.steps[a], walk.starts[a]
         counts += np.bincount(rec["action"], minlength=NUM_ACTIONS)
         recs.append(rec)

@@ -53,17 +53,20 @@ class Validator:
         routing = routing_thresholds(settings.runner)
         spaces = algo.env_runner.get_spaces() if algo.env_runner is not None else None
         spec = algo.config.get_rl_module_spec(spaces=spaces, inference_only=True)
+        self._spec = spec
         self.module = spec.build().to(self.device).eval()
-        self.walk = SegmentWalk(self.data, self.params, routing=routing if self.routed else None,
+        self._routing = routing if self.routed else None
+        self.walk = SegmentWalk(self.data, self.params, routing=self._routing,
                                 split_bars=SPLIT_BARS, split_warmup=SPLIT_WARMUP)
         self.rules, _ = rule_metrics(RuleWalk(self.data, self.params, routing))
+        self._members = None  # MemberPolicies of the last population pass (validate_population)
 
-    def _load_weights(self, algo) -> None:
+    def _load_weights(self, algo, target=None) -> None:
         from ray.rllib.core import DEFAULT_MODULE_ID
 
         from rl_zerosync.env_runner.weights import copy_weights_in_place
 
-        target = self.module
+        target = self.module if target is None else target
         group = algo.learner_group
         if group.is_local:
             def load(learner, _target=target):
@@ -86,6 +89,42 @@ class Validator:
         t0 = time.perf_counter()
         self._load_weights(algo)
         res = walk_result(self.walk, self.walk.run(self._act, key="agent"))
+        out = self._metrics(res)
+        out["validation_time_s"] = time.perf_counter() - t0
+        return out
+
+    def validate_population(self, algos: list, *, batched: bool) -> list[dict[str, Any]]:
+        """One pass for P members at once: one walk of P replicas of the segment (replica k is member
+        k's, with the env ids of a one-member walk), one readback; member k's metrics are those
+        :meth:`validate` gives for its algorithm (``validation_time_s``: the whole pass).
+
+        ``batched``: the members' Q networks run as one batched forward (``kernels/members.py``; equal to
+        each member's own forward to float32 rounding); else each member's own forward on its replica
+        (bit for bit :meth:`validate`)."""
+        from rl_zerosync.evaluation.member_policies import MemberPolicies
+
+        t0 = time.perf_counter()
+        size = len(algos)
+        if self._members is None or (self._members.size, self._members.batched) != (size, batched):
+            walk = SegmentWalk(self.data, self.params, routing=self._routing, split_bars=SPLIT_BARS,
+                               split_warmup=SPLIT_WARMUP, replicas=size, replica_ids=True)
+            self._members = MemberPolicies([self._spec.build().to(self.device).eval() for _ in range(size)], walk,
+                                           batched=batched)
+        members = self._members
+        for algo, module in zip(algos, members.modules):
+            self._load_weights(algo, module)
+        members.refresh()
+        records = members.walk.run(members.act, key="members")
+        outs = []
+        for k in range(size):
+            outs.append(self._metrics(walk_result(members.walk, records, replica=k)))
+        seconds = time.perf_counter() - t0
+        for out in outs:
+            out["validation_time_s"] = seconds
+        return outs
+
+    def _metrics(self, res) -> dict[str, Any]:
+        """The ``validation_*`` metrics of one walk result, the rules' beside it."""
         add_baselines(res, self.rules)
         out: dict[str, Any] = {f"validation_{k}": res.metrics["mean"][k] for k in LOGGED}
         out[f"validation_{self.metric}"] = res.metrics["mean"][self.metric]
@@ -93,5 +132,4 @@ class Validator:
             for k in LOGGED:
                 out[f"validation_{rule}_{k}"] = res.baselines[rule]["mean"][k]
         out["validation_best_rule_sharpe"] = res.baselines[best_rule(res.baselines)]["mean"]["sharpe"]
-        out["validation_time_s"] = time.perf_counter() - t0
         return out

@@ -72,12 +72,15 @@ class SegmentWalk:
         graph: Capture on CUDA (default True); eager on the CPU either way.
         cost_scale: f32[E] (optional): each env's costs multiplied by it (cost sensitivity).
         force_market: bool[E] (optional): those envs execute every order as MARKET (same urgency).
+        replica_ids: Every replica's envs take replica 0's env ids (a population's members walking
+            the same segment: replica k is the one-replica walk of member k); default: distinct ids.
     """
 
     def __init__(self, data: MarketData, params: EnvParams, *, replicas: int = 1,
                  routing: Optional[Mapping[str, float]] = None, route_mask: Optional[torch.Tensor] = None,
                  chunk: int = 64, graph: bool = True, split_bars: int = 0, split_warmup: int = 128,
-                 cost_scale: Optional[torch.Tensor] = None, force_market: Optional[torch.Tensor] = None) -> None:
+                 cost_scale: Optional[torch.Tensor] = None, force_market: Optional[torch.Tensor] = None,
+                 replica_ids: bool = False) -> None:
         for name, v, lo in (("replicas", replicas, 1), ("chunk", chunk, 1), ("split_bars", split_bars, 0),
                             ("split_warmup", split_warmup, 0)):
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
@@ -110,8 +113,10 @@ class SegmentWalk:
         self.force_market = _per_env("force_market", force_market, e, torch.bool, dev)
         self.chunk = chunk
         self.num_chunks = -(-(self.split_len + self.warm) // chunk)
+        # replica_ids: every replica's envs take the ids of replica 0 (their stochastic fills draw the
+        # same numbers), so replica k of a population's walk is the one-replica walk of member k.
         self.state = WalkState(
-            env_id=env, asset=asset, t=self._first.clone(), step=self._step0.clone(),
+            env_id=env % (ns * a) if replica_ids else env, asset=asset, t=self._first.clone(), step=self._step0.clone(),
             pos=torch.zeros(e, device=dev), counter=torch.zeros(1, dtype=torch.int64, device=dev),
         )
         self._lead = lead.cpu().tolist()  # host read: walk setup

@@ -60,8 +60,9 @@ def plain_layers(net: nn.Module) -> Optional[List[Layer]]:
     return layers + [(head, None)]
 
 
-def mlp_kernel_blocker(module: nn.Module) -> Optional[str]:
-    """Why :class:`MLPKernels` cannot run ``module`` (an unwrapped ZeroSyncQModule), or None if it can."""
+def mlp_kernel_blocker(module: nn.Module, *, target: bool = True) -> Optional[str]:
+    """Why :class:`MLPKernels` cannot run ``module`` (an unwrapped ZeroSyncQModule), or None if it can;
+    ``target=False``: the online network only (an inference-only module has no target network)."""
     mode = getattr(module, "action_mode", None)
     if mode not in ("routed", "flat"):
         return f"action_mode {mode!r} (the linear kernels cover routed and flat)"
@@ -69,7 +70,7 @@ def mlp_kernel_blocker(module: nn.Module) -> Optional[str]:
         return "dueling=True"
     if getattr(module, "dropout", 0.0) > 0.0:
         return "dropout > 0"
-    if plain_layers(module.q_net) is None or plain_layers(module.target_q_net) is None:
+    if plain_layers(module.q_net) is None or (target and plain_layers(module.target_q_net) is None):
         return "the Q network is not a plain Linear/[LayerNorm]/ReLU stack"
     return None
 

@@ -87,9 +87,21 @@ class Population:
             for loop, pack in zip(self.loops, self.update.collect()):
                 if not loop.done:
                     loop.algo.set_population_pack(pack)
-        for loop in stepped:
-            loop.step()
+        results = [loop.advance() for loop in stepped]
+        evals = self._validate([loop for loop in stepped if loop.validation_due(loop.algo.iteration)])
+        for loop, result in zip(stepped, results):
+            loop.conclude(result, evals.get(id(loop)))
         return any("eval" in loop.result for loop in stepped)
+
+    def _validate(self, due: list[TrainLoop]) -> dict[int, dict]:
+        """This iteration's validation of the members ``due``, in one pass of all of them (their shared
+        validator's :meth:`~rl_zerosync.evaluation.validation.Validator.validate_population`, batched when
+        the learner update is); ``{id(loop): metrics}``."""
+        if not due or due[0].validator is None:
+            return {}
+        batched = self.update is not None and self.update.mode == "batched"
+        evs = due[0].validator.validate_population([loop.algo for loop in due], batched=batched)
+        return {id(loop): ev for loop, ev in zip(due, evs)}
 
     def values(self) -> list:
         """This iteration's validation metric per member here (None: it did not validate)."""

@@ -229,11 +229,20 @@ class TrainLoop:
 
     def step(self) -> dict:
         """One iteration; returns its result (``result["eval"]`` after a validation pass)."""
+        return self.conclude(self.advance())
+
+    def advance(self) -> dict:
+        """The training part of :meth:`step`: one ``algo.train()``; returns its result for :meth:`conclude`."""
+        return _train_iteration(self.algo)
+
+    def conclude(self, result: dict, validation: dict | None = None) -> dict:
+        """The rest of :meth:`step` after :meth:`advance`: validation when due (``validation``: this
+        iteration's pass already made, e.g. by the population's batched pass), best checkpoint, metrics
+        row, progress line, periodic checkpoint, early-stop check."""
         settings, algo, run_dir, selection = self.settings, self.algo, self.run_dir, self.selection
-        result = _train_iteration(algo)
         it = algo.iteration
         if self.validation_due(it):
-            ev = self.validator.validate(algo)
+            ev = validation if validation is not None else self.validator.validate(algo)
             if selection.update(it, ev):
                 run_dir.save(algo, settings, BEST_DIR, {**selection.state(), "validation": ev})
             ev["best_validation_" + selection.metric] = selection.best_value
