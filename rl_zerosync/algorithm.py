@@ -364,6 +364,7 @@ class ZeroSyncDQN(DQN):
         self._overlap_last_sampled = 0  # runner.overlap, remote runners: env steps of the last iteration
         self._population_pending: Optional[int] = None  # a population member's K between its two parts
         self._population_pack: Optional[list] = None
+        self._population_launched = None  # the runner of launch_for_population, until sample_for_population
         with runner_root_causes() as errors:
             try:
                 super().setup(config)
@@ -599,9 +600,25 @@ class ZeroSyncDQN(DQN):
                               sample=lambda _k: self._sample(), train=self._train)
 
     # ---------------------------------------------------------------- population members
-    def sample_for_population(self) -> int:
+    def launch_for_population(self):
+        """A population member's iteration, optional first step: launch this iteration's rollout on the
+        same-process GPU env runner without waiting; returns its :class:`DeviceRollout` (the population
+        reads every member's rollout back at once, :class:`~rl_zerosync.env_runner.population_readback.
+        PopulationReadback`), or None when there is no such runner (:meth:`sample_for_population` then
+        samples as a plain iteration does)."""
+        runner = self._same_process_runner()
+        if runner is None or runner.settings.overlap or self._population_pending is not None:
+            return None
+        self._wait_for_env_runners()
+        runner.start_device_sample()
+        self._population_launched = runner
+        return runner.rollout
+
+    def sample_for_population(self, host_leading: Optional[torch.Tensor] = None) -> int:
         """A population member's iteration, first part: the ``sample`` and ``add`` phases of a plain
-        iteration; returns its K. The population then runs every member's updates at once
+        iteration; returns its K. After :meth:`launch_for_population` the rollout is finished from
+        ``host_leading`` (its leading bytes, read back with every member's) and the ``sample`` phase times
+        that part only. The population then runs every member's updates at once
         (:class:`~rl_zerosync.learner.population_update.PopulationUpdate`) and reads every member's guard
         pack in one readback; :meth:`train` with :meth:`set_population_pack` given completes the
         iteration (the metrics from that pack, the learner results, the weight sync)."""
@@ -610,9 +627,14 @@ class ZeroSyncDQN(DQN):
             raise RuntimeError("sample_for_population: needs the learner in this process (num_learners 0) "
                                "and no iteration half done")
         steps = self._plain_steps()
-        self._wait_for_env_runners()
+        runner, self._population_launched = self._population_launched, None
+        if runner is None:
+            self._wait_for_env_runners()
         with self._phase(SAMPLE, ENV_RUNNER_SAMPLING_TIMER):
-            rollouts, runner_metrics = steps.sample(None)
+            if runner is not None:
+                rollouts, runner_metrics = [runner.finish_device_sample(host_leading)], [runner.get_metrics()]
+            else:
+                rollouts, runner_metrics = steps.sample(None)
         self.metrics.aggregate(runner_metrics, key=ENV_RUNNER_RESULTS)
         with self._phase(ADD, REPLAY_BUFFER_ADD_DATA_TIMER):
             self._add_to_replay(rollouts)

@@ -71,3 +71,46 @@ def test_batched_population_run_on_cpu(tmp_path):
         assert trained_rows, f"member{k} never trained"
         assert all(r["learners/default_policy/zerosync/skipped"] == 0 for r in trained_rows)
         assert "eval/validation_sharpe" in rows[2] and "eval/validation_sharpe" in rows[5]
+
+
+def test_one_readback_serves_every_members_rollout(trained):
+    """PopulationReadback's row k holds exactly member k's rollout bytes (its own readback's)."""
+    import torch
+
+    from rl_zerosync.env_runner.population_readback import PopulationReadback
+
+    _, algos = trained
+    runners = [algo.env_runner for algo in algos]
+    for runner in runners:
+        runner.start_device_sample()
+    reader = PopulationReadback([runner.rollout for runner in runners])
+    rows = reader.read()
+    for runner, row in zip(runners, rows):
+        own = runner.rollout.read_back(leading_only=True)
+        views = runner.rollout.leading_views(row)
+        for key, value in own.items():
+            assert torch.equal(views[key], value), key
+        runner.finish_device_sample(host_leading=row)
+    assert not torch.equal(runners[0].rollout.leading_views(rows[0])["actions"],
+                           runners[1].rollout.leading_views(rows[1])["actions"])
+
+
+def test_population_reads_rollouts_together(tmp_path):
+    import contextlib
+
+    from rl_zerosync.population.lockstep import Population
+    from rl_zerosync.population.members import all_member_settings
+    from rl_zerosync.population.space import parse_population
+    from rl_zerosync.rundir.run_dir import RunDir
+
+    raw = tiny_raw({"name": "pop", "dir": str(tmp_path), "iterations": 2, "checkpoint_every": 0, "eval_every": 0,
+                    "evaluate": False})
+    raw["population"] = {"seeds": [0, 1]}
+    settings = from_dict(raw, "pop.yaml")
+    pop = parse_population(settings.population, settings.source)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(RunDir.claim(settings.run_dir))
+        population = Population(settings, pop, all_member_settings(settings, pop), stack)
+        assert population.update_line.startswith("learner update: per_member")
+        population.step()
+        assert population.rollouts_read_together

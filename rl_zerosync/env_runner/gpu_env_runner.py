@@ -326,13 +326,17 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
         self._launch(mode)
         self._pending = mode
 
-    def finish_device_sample(self) -> Dict[str, torch.Tensor]:
+    def finish_device_sample(self, host_leading: Optional[torch.Tensor] = None) -> Dict[str, torch.Tensor]:
         """Wait for the rollout of :meth:`start_device_sample` (its one readback), log its metrics and
-        return it as in :meth:`sample_device`."""
+        return it as in :meth:`sample_device`.
+
+        ``host_leading``: the rollout's leading bytes (:attr:`DeviceRollout.leading_bytes`) already read
+        back by the caller, e.g. a population's one readback of every member's rollout
+        (:class:`~rl_zerosync.env_runner.population_readback.PopulationReadback`); no readback here then."""
         if self._pending is None:
             raise RuntimeError("finish_device_sample: no rollout in flight; start_device_sample() first")
         mode, self._pending = self._pending, None
-        samples = self._collect(mode, device_output=True)
+        samples = self._collect(mode, device_output=True, host_leading=host_leading)
         self._on_sample_end(samples)
         return samples
 
@@ -401,14 +405,20 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
         self._rng_step += self.num_steps
 
     def _collect(
-        self, mode: str, *, device_output: bool
+        self, mode: str, *, device_output: bool, host_leading: Optional[torch.Tensor] = None
     ) -> Union[Dict[str, torch.Tensor], List[SingleAgentEpisode]]:
-        """The launched rollout's one readback, its metrics and its output."""
+        """The launched rollout's one readback (or ``host_leading``, read back by the caller), its
+        metrics and its output."""
         ro = self._rollout
-        # The readback waits for the rollout on the device, then for the copy.
-        with self.metrics.log_time(ROLLOUT_READBACK_TIMER, reduce="mean", window=1):
-            with self._on_runner_stream():
-                host = ro.read_back(leading_only=device_output)
+        if host_leading is not None:
+            if not device_output:
+                raise ValueError("_collect: a caller's readback holds the leading part only (device output)")
+            host = ro.leading_views(host_leading)
+        else:
+            # The readback waits for the rollout on the device, then for the copy.
+            with self.metrics.log_time(ROLLOUT_READBACK_TIMER, reduce="mean", window=1):
+                with self._on_runner_stream():
+                    host = ro.read_back(leading_only=device_output)
         if self._stream is not None:
             # Whatever the caller queues next on its stream (e.g. the replay add) follows the rollout.
             torch.cuda.current_stream(self.device).wait_stream(self._stream)

@@ -265,6 +265,15 @@ class DeviceRollout:
         self._capture()  # records only: the buffers keep the warm-up rollout's data
 
     # --- readback -----------------------------------------------------------------------------
+    @property
+    def leading_bytes(self) -> torch.Tensor:
+        """The leading part of the device buffer (what the same-GPU path reads back), uint8."""
+        return self.packed.flat[: self.leading_nbytes]
+
+    def leading_views(self, host: torch.Tensor) -> Dict[str, torch.Tensor]:
+        """Typed views of a host copy of :attr:`leading_bytes` (e.g. read back with other rollouts')."""
+        return self.packed.views_of(host, names=LEADING_KEYS)
+
     def read_back(self, *, leading_only: bool) -> Dict[str, torch.Tensor]:
         """One device->host copy of the whole flat buffer (or its leading part), one event wait.
 

@@ -56,12 +56,18 @@ class Population:
         self.metric = settings.run.eval_metric
         self.loops = _build(members, pop, stack)
         self.update, why = _population_update(self.loops, pop.update)
+        self._readback = None  # (the rollouts it reads, PopulationReadback)
         self.update_line = (f"learner update: {self.update.mode}, one population update for {len(self.loops)} "
                             f"member(s)" if self.update is not None else f"learner update: each member alone ({why})")
         """One line: how the members' learner updates run."""
         self.pbt = Pbt(pop, self.metric) if pop.pbt_every else None
         self.passes = 0
         self._t0 = time.perf_counter()
+
+    @property
+    def rollouts_read_together(self) -> bool:
+        """Whether the last iteration read every member's rollout back in one readback."""
+        return self._readback is not None
 
     @property
     def done(self) -> bool:
@@ -82,7 +88,8 @@ class Population:
             if loop.done:  # stopped early: its last pass is not this iteration's
                 loop.result.pop("eval", None)
         if self.update is not None:
-            ks = [loop.algo.sample_for_population() if not loop.done else 0 for loop in self.loops]
+            hosts = self._rollouts([loop for loop in self.loops if not loop.done])
+            ks = [loop.algo.sample_for_population(hosts.get(id(loop))) if not loop.done else 0 for loop in self.loops]
             self.update.train(ks)
             for loop, pack in zip(self.loops, self.update.collect()):
                 if not loop.done:
@@ -92,6 +99,20 @@ class Population:
         for loop, result in zip(stepped, results):
             loop.conclude(result, evals.get(id(loop)))
         return any("eval" in loop.result for loop in stepped)
+
+    def _rollouts(self, active: list[TrainLoop]) -> dict[int, object]:
+        """Launch every active member's rollout, then read them all back at once
+        (:class:`~rl_zerosync.env_runner.population_readback.PopulationReadback`); ``{id(loop): host bytes}``
+        (empty when the members' runners are not same-process device runners: each then samples alone)."""
+        from rl_zerosync.env_runner.population_readback import PopulationReadback
+
+        rollouts = [loop.algo.launch_for_population() for loop in active]
+        if not rollouts or any(ro is None for ro in rollouts):
+            return {}
+        key = tuple(id(ro) for ro in rollouts)
+        if self._readback is None or self._readback[0] != key:
+            self._readback = (key, PopulationReadback(rollouts))
+        return {id(loop): host for loop, host in zip(active, self._readback[1].read())}
 
     def _validate(self, due: list[TrainLoop]) -> dict[int, dict]:
         """This iteration's validation of the members ``due``, in one pass of all of them (their shared
