@@ -146,3 +146,24 @@ def test_nan_in_one_member_skips_it_alone_on_the_device():
         a, b = state(clean[k]), state(hit[k])
         for key in a:
             assert torch.equal(a[key], b[key]), (k, key)
+
+
+@pytest.mark.parametrize("mode", ["per_member", "batched"])
+def test_a_changed_lr_reaches_the_captured_population_update(mode):
+    """PBT sets a member's lr between iterations: the population's graph (which baked in the old one)
+    is captured again, so the member trains as its own learner does after ``set_lr``."""
+    own = [build(m, graph=True) for m in MEMBERS]
+    pop = [build(m, graph=True) for m in MEMBERS]
+    update = PopulationUpdate(pop, mode=mode)
+    for it in range(2):
+        fill(own, seed=it)
+        fill(pop, seed=it)
+        for learner in own:
+            learner.train(UPDATES)
+        update.train([UPDATES] * len(pop))
+        if it == 0:
+            own[1].set_lr(3e-3)
+            pop[1].set_lr(3e-3)
+    assert update.graph_captured
+    torch.testing.assert_close(state(pop[1])["params"], state(own[1])["params"],
+                               rtol=1e-3 if mode == "batched" else 0, atol=1e-4 if mode == "batched" else 0)

@@ -180,12 +180,21 @@ class PopulationUpdate:
                                double_q=first.settings.double_q, loss_type=first.settings.loss)
 
     def _hparams(self) -> None:
-        """Every member's hyperparameters as ``[P, 1]`` tensors (again when one changed, e.g. PBT's lr)."""
+        """When a member's optimizer hyperparameters changed (e.g. PBT's lr) or on first use: the batched
+        update's ``[P, 1]`` tensors made again, and a captured graph (which baked in the old ones) dropped."""
         hps = [learner.flat_adam.hyperparameters for learner in self.learners]
-        settings = [learner.settings for learner in self.learners]
         key = tuple(tuple(sorted(h.items())) for h in hps)
         if key == self._hparams_key:
             return
+        if self._graphed is not None:
+            self._graphed.reset()
+        self._hparams_key = key
+        if self.mode == "batched":
+            self._hparam_tensors(hps)
+
+    def _hparam_tensors(self, hps: List[dict]) -> None:
+        """Every member's hyperparameters as ``[P, 1]`` tensors on the device."""
+        settings = [learner.settings for learner in self.learners]
         dev = self.device
 
         def col(values, dtype=torch.float32) -> torch.Tensor:
@@ -202,9 +211,6 @@ class PopulationUpdate:
             collapse=col([learner.guard.collapse_threshold for learner in self.learners]),
             div_threshold=col([float(s.divergence_threshold) for s in settings]),
             patience=col([int(s.divergence_patience) for s in settings], torch.int32))
-        self._hparams_key = key
-        if self._graphed is not None:
-            self._graphed.reset()  # the graph read the old tensors
 
     def _batched_update(self) -> None:
         """Sample every member's batch, then update every member at once (no host read)."""
@@ -261,8 +267,8 @@ class PopulationUpdate:
             if n:
                 learner.weights_changed()
         together = min(num_updates)
-        if together and self.mode == "batched":
-            if self._batched is None:
+        if together:
+            if self.mode == "batched" and self._batched is None:
                 self._batched = self._bind_batched()
             self._hparams()
         for _ in range(together):

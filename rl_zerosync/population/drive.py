@@ -90,6 +90,8 @@ def _run(population) -> dict:
         if pop.ensemble_top_k:
             ensemble = evaluate_ensemble(settings, pop, rows)
     report = population_report(pop, metric, rows, parent, ensemble=ensemble)
+    report["timing"] = population.timing_summary()
+    print(report["timing"]["line"], flush=True)
     path = write_report(parent, report)
     for line in leaderboard_lines(report, metric):
         print(line, flush=True)

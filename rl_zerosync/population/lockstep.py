@@ -57,6 +57,9 @@ class Population:
         self.loops = _build(members, pop, stack)
         self.update, why = _population_update(self.loops, pop.update)
         self._readback = None  # (the rollouts it reads, PopulationReadback)
+        self.timing: dict = {key: 0.0 for key in TIMING_KEYS}
+        """Wall seconds of this process's population iterations by part, summed (``population.json``'s
+        ``timing``), with the env steps sampled and member updates run."""
         self.update_line = (f"learner update: {self.update.mode}, one population update for {len(self.loops)} "
                             f"member(s)" if self.update is not None else f"learner update: each member alone ({why})")
         """One line: how the members' learner updates run."""
@@ -87,17 +90,27 @@ class Population:
         for loop in self.loops:
             if loop.done:  # stopped early: its last pass is not this iteration's
                 loop.result.pop("eval", None)
+        clock = _Clock(self.timing)
         if self.update is not None:
             hosts = self._rollouts([loop for loop in self.loops if not loop.done])
             ks = [loop.algo.sample_for_population(hosts.get(id(loop))) if not loop.done else 0 for loop in self.loops]
+            clock.lap("sample_add_s")
             self.update.train(ks)
             for loop, pack in zip(self.loops, self.update.collect()):
                 if not loop.done:
                     loop.algo.set_population_pack(pack)
+            clock.lap("update_s")
+            self.timing["env_steps"] += sum(loop.algo.env_runner.num_envs * loop.algo.env_runner.num_steps
+                                            for loop in stepped if hasattr(loop.algo.env_runner, "num_steps"))
+            self.timing["member_updates"] += sum(ks)
         results = [loop.advance() for loop in stepped]
+        clock.lap("train_rest_s")
         evals = self._validate([loop for loop in stepped if loop.validation_due(loop.algo.iteration)])
+        clock.lap("validation_s")
         for loop, result in zip(stepped, results):
             loop.conclude(result, evals.get(id(loop)))
+        clock.lap("logs_checkpoints_s")
+        self.timing["iterations"] += 1
         return any("eval" in loop.result for loop in stepped)
 
     def _rollouts(self, active: list[TrainLoop]) -> dict[int, object]:
@@ -123,6 +136,10 @@ class Population:
         batched = self.update is not None and self.update.mode == "batched"
         evs = due[0].validator.validate_population([loop.algo for loop in due], batched=batched)
         return {id(loop): ev for loop, ev in zip(due, evs)}
+
+    def timing_summary(self) -> dict:
+        """``population.json``'s ``timing``: :attr:`timing` with the training rates and a one-line summary."""
+        return summarize_timing(dict(self.timing))
 
     def values(self) -> list:
         """This iteration's validation metric per member here (None: it did not validate)."""
@@ -161,6 +178,42 @@ class Population:
         """``population.json``'s row of every member here."""
         return [member_row(self.pop.members[k], loop.selection, loop.run_dir.path, lineage.get(k, []))
                 for k, loop in zip(self.indices, self.loops)]
+
+
+TIMING_KEYS = ("iterations", "sample_add_s", "update_s", "train_rest_s", "validation_s", "logs_checkpoints_s",
+               "env_steps", "member_updates")
+
+
+def summarize_timing(timing: dict) -> dict:
+    """``timing`` (wall seconds by part, summed over iterations; env steps; member updates) plus
+    ``training_s`` (every part but validation and logs/checkpoints), ``env_steps_per_s`` (env steps /
+    training_s) and ``line``."""
+    out = dict(timing)
+    train = sum(timing.get(k, 0.0) for k in ("sample_add_s", "update_s", "train_rest_s"))
+    out["training_s"] = train
+    out["env_steps_per_s"] = timing.get("env_steps", 0) / train if train > 0 else None
+    rate = f"{out['env_steps_per_s']:,.0f} env steps/s with training" if out["env_steps_per_s"] else "no training"
+    out["line"] = (f"population timing: {int(timing.get('iterations', 0))} iterations, training {train:.1f} s "
+                   f"({rate}; sample+add {timing.get('sample_add_s', 0.0):.1f} s, updates "
+                   f"{timing.get('update_s', 0.0):.1f} s), validation {timing.get('validation_s', 0.0):.1f} s")
+    return out
+
+
+class _Clock:
+    """Adds the wall seconds since the last lap to ``timing[key]`` (the device synchronized first, so a
+    part's queued GPU work is counted in it)."""
+
+    def __init__(self, timing: dict) -> None:
+        self.timing, self.t = timing, time.perf_counter()
+
+    def lap(self, key: str) -> None:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()  # host read: timing boundary, once per population phase
+        now = time.perf_counter()
+        self.timing[key] += now - self.t
+        self.t = now
 
 
 def _population_update(loops: list[TrainLoop], mode: str):

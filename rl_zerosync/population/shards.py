@@ -59,6 +59,9 @@ class _Shard:
         return {"validated": validated, "values": values, "done": self.population.done,
                 "iteration": self.population.iteration}
 
+    def timing(self) -> dict:
+        return dict(self.population.timing)
+
     def _loop(self, k: int):
         return self.population.loops[self.index[k]]
 
@@ -176,6 +179,15 @@ class ShardedPopulation:
         for line in lines:
             print(line, flush=True)
         return lines
+
+    def timing_summary(self) -> dict:
+        """Every shard's timing (:func:`~rl_zerosync.population.lockstep.summarize_timing`) and the
+        slowest shard's line."""
+        from rl_zerosync.population.lockstep import summarize_timing
+
+        shards = [summarize_timing(t) for t in ray.get([s.timing.remote() for s in self.shards])]
+        slowest = max(shards, key=lambda t: t["training_s"])
+        return {"per_shard": shards, "line": f"{slowest['line']} (slowest of {len(shards)} shards)"}
 
     def save(self) -> None:
         ray.get([s.save.remote() for s in self.shards])
