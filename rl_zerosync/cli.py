@@ -48,9 +48,13 @@ def _parser() -> argparse.ArgumentParser:
                    help="clear the run directory's outputs (metrics, TensorBoard, checkpoints, evaluation) "
                         "first; without it or --resume a directory that holds a run is refused")
     t.add_argument("--seeds", default=None, metavar="S0,S1,...",
-                   help="train once per seed into <dir>/<name>/seed<k>/ and write <dir>/<name>/seeds.json")
-    t.add_argument("--parallel", type=int, default=1, metavar="N",
-                   help="with --seeds: runs at a time (several fit on one GPU)")
+                   help="train once per seed and write <dir>/<name>/seeds.json: as one population process "
+                        "(<dir>/<name>/population/member<k>/) when the seeds fit one device, else one process "
+                        "per seed (<dir>/<name>/seed<k>/)")
+    t.add_argument("--parallel", type=int, default=None, metavar="N",
+                   help="with --seeds: one process per seed, N at a time (several fit on one GPU)")
+    t.add_argument("--processes", action="store_true",
+                   help="with --seeds: one process per seed even when the seeds fit one population process")
 
     e = sub.add_parser("evaluate", help="greedy policy on the test segment -> metrics JSON, per-bar CSV + PNG",
                        description="Evaluate a checkpoint (--checkpoint: metrics.json, per-bar "
@@ -354,18 +358,31 @@ def _command(args) -> int:
             except ValueError as err:
                 print(f"error: {err}", file=sys.stderr)
                 return 2
-            if args.parallel < 1:
+            if args.parallel is not None and args.parallel < 1:
                 print(f"error: --parallel: expected an int >= 1, got {args.parallel}", file=sys.stderr)
                 return 2
+            from rl_zerosync.run.seeds import POPULATION_DIR, together_blocker, together_line
+
+            why = ("--parallel given" if args.parallel is not None else "--processes given" if args.processes
+                   else together_blocker(settings, seeds))
+            together = why is None
+            parallel = args.parallel or 1
+            print(together_line(settings, seeds) if together else
+                  f"seeds {','.join(map(str, seeds))}: one process per seed, {parallel} at a time ({why})", flush=True)
             parent = settings.run_dir
             try:
-                # The parent is locked for the whole sweep; every seed's directory is checked (and with
-                # --overwrite cleared) here, then locked again by its own process.
+                # The parent is locked for the whole sweep; every seed's directory (or the population's)
+                # is checked (and with --overwrite cleared) here, then locked again by its own process.
                 with RunLock(parent):
-                    for seed in seeds:
-                        RunDir.claim(parent / f"seed{seed}", overwrite=args.overwrite,
+                    for name in ([POPULATION_DIR] if together else [f"seed{seed}" for seed in seeds]):
+                        RunDir.claim(parent / name, overwrite=args.overwrite,
                                      hint="pass --overwrite to train the seeds again").close()
-                    report = train_seeds(args.config, args.set, seeds, parallel=args.parallel)
+                    if together and (parent / POPULATION_DIR / "population.json").is_file():
+                        if not args.overwrite:
+                            raise RunDirError(f"{parent / POPULATION_DIR} already holds a population "
+                                              f"(population.json); pass --overwrite to train the seeds again")
+                        (parent / POPULATION_DIR / "population.json").unlink()
+                    report = train_seeds(args.config, args.set, seeds, parallel=parallel, together=together)
             except RunDirError as err:
                 print(f"error: {err}", file=sys.stderr)
                 return 2

@@ -136,9 +136,9 @@ def test_a_finished_run_is_refused_without_resume_or_overwrite(tmp_path):
     assert (run_dir / "metrics.jsonl").read_text() == before and not (run_dir / LOCK_FILE).exists()
     out, _ = _train(tmp_path, "r", "--resume", str(run_dir), "--overwrite")
     assert out.returncode == 2 and "cannot be combined" in _error_line(out.stderr)
-    # --seeds: each seed's directory is checked before any seed starts.
+    # --seeds as processes: each seed's directory is checked before any seed starts.
     _finished(tmp_path / "s" / "seed1")
-    out, wall = _train(tmp_path, "s", "--seeds", "0,1")
+    out, wall = _train(tmp_path, "s", "--seeds", "0,1", "--processes")
     assert out.returncode == 2 and wall < 10
     assert "seed1 already holds a run" in _error_line(out.stderr) and "--overwrite" in out.stderr
     assert not (tmp_path / "s" / "seed0").exists() or not RunDir(tmp_path / "s" / "seed0").outputs()

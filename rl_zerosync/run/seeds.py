@@ -1,8 +1,11 @@
 """``rl-zerosync train --seeds 0,1,2,3,4``: one run per seed, then ``runs/<name>/seeds.json``.
 
 Each seed trains the same config with ``run.seed`` set (env episode schedule, network init,
-exploration, replay sampling) in its own process (``--parallel N`` runs N at a time, e.g. several
-on one GPU) into ``<dir>/<name>/seed<k>/``. ``seeds.json`` holds, per seed, the best-validation
+exploration, replay sampling). Where the seeds fit one device (:func:`together_blocker`) and neither
+``--parallel`` nor ``--processes`` is given, they train as the members of one population process
+(``<dir>/<name>/population/member<k>/``, member k = the k-th seed, exactly its single run; the
+header line says so); otherwise each in its own process (``--parallel N`` runs N at a time, e.g.
+several on one GPU) into ``<dir>/<name>/seed<k>/``. ``seeds.json`` holds, per seed, the best-validation
 iteration and metric and the test metrics of the best checkpoint beside the rules (variants chosen
 on validation), and over seeds the mean with, from 5 seeds on, a 95% bootstrap interval of the seed
 mean (10,000 resamples, percentile; ``<key>_seed_ci95``), below 5 seeds the min..max range
@@ -158,14 +161,54 @@ def summarize(per_seed: dict[int, dict[str, Any]], returns: Sequence[dict[str, A
     return out
 
 
+POPULATION_DIR = "population"
+"""``train --seeds`` as one population process: its directory inside the sweep's (members ``member<k>``)."""
+
+
+def together_blocker(settings, seeds: Sequence[int]) -> str | None:
+    """Why ``seeds`` cannot train as one population process (:func:`train_seeds` ``together``), or None:
+    it needs 2+ seeds, the learner and env runner in the process (``num_learners`` and
+    ``num_env_runners`` 0, no ``runner.overlap``) and every member's estimated bytes
+    (:func:`~rl_zerosync.population.memory.estimated_member_bytes`) inside what the device has free."""
+    from rl_zerosync.population.memory import estimated_member_bytes, free_bytes, member_device
+
+    a = settings.algo
+    if len(seeds) < 2:
+        return "one seed"
+    if a.num_learners or a.num_env_runners:
+        return f"num_learners {a.num_learners} / num_env_runners {a.num_env_runners} (a population needs 0 / 0)"
+    if settings.runner.typed.overlap:
+        return "runner.overlap is on (a population samples, then trains)"
+    device = member_device(settings)
+    per, free = estimated_member_bytes(settings), free_bytes(device)
+    if free is not None and per * len(seeds) > free:
+        return (f"{len(seeds)} members x {per / 2**20:,.0f} MiB (estimated) exceed the {free / 2**30:,.1f} GiB "
+                f"free on {device}")
+    return None
+
+
+def together_line(settings, seeds: Sequence[int]) -> str:
+    """The header line of a sweep run as one population process."""
+    from rl_zerosync.population.memory import estimated_member_bytes, free_bytes, member_device
+
+    device = member_device(settings)
+    free = free_bytes(device)
+    room = f" of {free / 2**30:,.1f} GiB free" if free is not None else ""
+    return (f"seeds {','.join(map(str, seeds))}: one population process on {device} ({len(seeds)} members x "
+            f"{estimated_member_bytes(settings) / 2**20:,.0f} MiB estimated{room}); members in "
+            f"{POPULATION_DIR}/member<k> (member k = the k-th seed)")
+
+
 def train_seeds(config: str, overrides: Sequence[str], seeds: Sequence[int], *, parallel: int = 1,
                 name_suffix: str = "", test: bool = True,
-                extra_trials: dict[str, Any] | None = None) -> dict[str, Any]:
+                extra_trials: dict[str, Any] | None = None, together: bool = False) -> dict[str, Any]:
     """Train ``config`` once per seed in subprocesses, ``parallel`` at a time; write seeds.json.
 
-    ``test=False`` (a selection sweep): the runs end without their evaluation (``run.evaluate=false``,
-    so no test segment is read) and seeds.json holds validation only (:func:`validation_record`).
-    ``extra_trials``: see :func:`seeds_evidence`."""
+    ``together``: the seeds as the members of one population process instead (``<parent>/population/
+    member<k>``, member k = the k-th seed: bit for bit the k-th seed's own run on a CPU; see
+    :func:`together_blocker` for when it can). ``test=False`` (a selection sweep): the runs end
+    without their evaluation (``run.evaluate=false``, so no test segment is read) and seeds.json holds
+    validation only (:func:`validation_record`). ``extra_trials``: see :func:`seeds_evidence`."""
     from rl_zerosync.config.settings import load
 
     if not test:
@@ -178,32 +221,39 @@ def train_seeds(config: str, overrides: Sequence[str], seeds: Sequence[int], *, 
     # Until the sweep ends, seeds.json says it is unfinished (a killed driver leaves this, not the last sweep's).
     write_json_atomic(parent / "seeds.json", {"config": str(config), "overrides": list(overrides), "per_seed": {},
                                               "partial": True, "unfinished_seeds": list(seeds)})
-    pending = list(seeds)
     running: dict[int, tuple[subprocess.Popen, Any, float]] = {}
     failed: dict[int, int] = {}
     walls: dict[int, float] = {}
+    dirs = {s: parent / (f"{POPULATION_DIR}/member{k}" if together else f"seed{s}") for k, s in enumerate(seeds)}
     try:
         with Stop():
-            _run_seeds(config, overrides, parent, pending, running, failed, walls, parallel)
+            if together:
+                _run_together(base, parent, seeds, running, failed, walls)
+            else:
+                _run_seeds(config, overrides, parent, list(seeds), running, failed, walls, parallel)
     except Stopped as stop:
         stop_all(p for p, _, _ in running.values())
-        return _partial_report(config, overrides, parent, seeds, walls, stop.signum)
+        return _partial_report(config, overrides, parent, seeds, walls, stop.signum, dirs)
     if failed:
-        raise RuntimeError(f"seeds {sorted(failed)} failed (exit codes {failed}); see {parent}/seed<k>/train.log")
+        where = f"{parent}/{POPULATION_DIR}_train.log" if together else f"{parent}/seed<k>/train.log"
+        raise RuntimeError(f"seeds {sorted(failed)} failed (exit codes {failed}); see {where}")
+    run_as = {"run_as": "one population process" if together else "one process per seed"}
+    if together:
+        run_as["member_dirs"] = {s: str(d.relative_to(parent)) for s, d in dirs.items()}
     if not test:
-        per_seed = {s: {**validation_record(parent / f"seed{s}"), "wall_s": walls[s]} for s in seeds}
+        per_seed = {s: {**validation_record(dirs[s]), "wall_s": walls[s]} for s in seeds}
         mean, kind, spread = seed_spread([r["best_validation_sharpe"] for r in per_seed.values()])
         report = {"config": str(config), "overrides": list(overrides), "per_seed": per_seed, "partial": False,
                   "summary": {"seeds": len(seeds), "best_validation_sharpe_mean": mean,
-                              f"best_validation_sharpe_{kind}": spread, "test_read": False}}
+                              f"best_validation_sharpe_{kind}": spread, "test_read": False}, **run_as}
         report["path"] = str(write_json_atomic(parent / "seeds.json", report))
         return report
     from rl_zerosync.evaluation.evidence import read_returns
 
-    per_seed = {s: {**seed_record(parent / f"seed{s}"), "wall_s": walls[s]} for s in seeds}
-    returns = [read_returns(parent / f"seed{s}" / "evaluation") for s in seeds]
+    per_seed = {s: {**seed_record(dirs[s]), "wall_s": walls[s]} for s in seeds}
+    returns = [read_returns(dirs[s] / "evaluation") for s in seeds]
     report = {"config": str(config), "overrides": list(overrides), "per_seed": per_seed,
-              "summary": summarize(per_seed, returns, extra_trials), "partial": False}
+              "summary": summarize(per_seed, returns, extra_trials), "partial": False, **run_as}
     report["path"] = str(write_json_atomic(parent / "seeds.json", report))
     return report
 
@@ -235,10 +285,42 @@ def _run_seeds(config, overrides, parent: Path, pending: list, running: dict, fa
             print(f"seed {seed}: exit {proc.returncode} after {walls[seed]:.0f} s", flush=True)
 
 
-def _partial_report(config, overrides, parent: Path, seeds, walls: dict, signum: int) -> dict[str, Any]:
+def _run_together(base, parent: Path, seeds: Sequence[int], running: dict, failed: dict, walls: dict) -> None:
+    """The seeds as one population process (``<parent>/population.yaml``: the base settings and
+    ``population: {seeds: ...}``; its log ``<parent>/population_train.log``); ``running``, ``failed`` and
+    ``walls`` as :func:`_run_seeds` keeps them, every seed with the population's wall time."""
+    import yaml
+
+    raw = base.to_dict()
+    raw["run"] = {**raw.get("run", {}), "dir": str(parent), "name": POPULATION_DIR}
+    raw["population"] = {"seeds": [int(s) for s in seeds]}
+    path = parent / f"{POPULATION_DIR}.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    log = open(parent / f"{POPULATION_DIR}_train.log", "w")
+    t0 = time.perf_counter()
+    proc = spawn([sys.executable, "-m", "rl_zerosync", "train", "--config", str(path)], log)
+    for s in seeds:
+        running[s] = (proc, log, t0)
+    print(f"seeds {','.join(map(str, seeds))}: population started ({parent / (POPULATION_DIR + '_train.log')})",
+          flush=True)
+    while proc.poll() is None:
+        time.sleep(0.5)
+    log.close()
+    wall = time.perf_counter() - t0
+    running.clear()
+    for s in seeds:
+        walls[s] = wall
+        if proc.returncode != 0:
+            failed[s] = proc.returncode
+    print(f"seeds population: exit {proc.returncode} after {wall:.0f} s", flush=True)
+
+
+def _partial_report(config, overrides, parent: Path, seeds, walls: dict, signum: int,
+                    dirs: dict | None = None) -> dict[str, Any]:
     """seeds.json of an interrupted sweep: the seeds that finished, ``partial: true``, the rest named."""
-    done = [s for s in seeds if s in walls and (parent / f"seed{s}" / "evaluation" / "metrics.json").is_file()]
-    per_seed = {s: {**seed_record(parent / f"seed{s}"), "wall_s": walls[s]} for s in done}
+    dirs = dirs or {s: parent / f"seed{s}" for s in seeds}
+    done = [s for s in seeds if s in walls and (dirs[s] / "evaluation" / "metrics.json").is_file()]
+    per_seed = {s: {**seed_record(dirs[s]), "wall_s": walls[s]} for s in done}
     report = {"config": str(config), "overrides": list(overrides), "per_seed": per_seed,
               "summary": summarize(per_seed) if per_seed else {"seeds": 0}, "partial": True,
               "interrupted_by": signum, "unfinished_seeds": [s for s in seeds if s not in done]}
