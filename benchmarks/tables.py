@@ -506,6 +506,24 @@ def population_cpu_quick(r) -> str:
     return "\n".join(out)
 
 
+def population_update(r) -> str:
+    """The learner update of P members three ways, same run (``population_update.json``)."""
+    names = {"alone": "each member's own graphed update", "per_member": "per_member (one graph, members' kernels)",
+             "batched": "batched (one graph, batched GEMMs)"}
+    c = r["config"]
+    out = [_head(r), "| P | way | ms per population update | member updates/s | learner env steps/s at replay ratio 1 |",
+           "| ---: | --- | ---: | ---: | ---: |"]
+    for x in r["rows"]:
+        out.append(f"| {x['p']} | {names[x['way']]} | {x['ms_per_population_update']:.2f} | "
+                   f"{x['updates_per_s']:,.0f} | {x['learner_env_steps_per_s']:,.0f} |")
+    sm, top = r["summary"], max(r["summary"]["p"])
+    out += ["", f"P = {top} at batch {c['batch_size']}, hidden {c['hidden']}, LayerNorm {c['layernorm']}: the batched "
+            f"update is {sm[f'batched_vs_alone_p{top}']:.2f}x the members' own graphed updates and "
+            f"{sm[f'batched_vs_per_member_p{top}']:.2f}x per_member; {sm['syncs_per_population_update']} syncs per "
+            f"population update."]
+    return "\n".join(out)
+
+
 # ---------------------------------------------------------------------------------- reliability
 def reliability(r) -> str:
     sm = r["summary"]
@@ -529,7 +547,8 @@ TABLES = (
     ("learner", learner), ("learner_profile", learner_profile),
     ("stock_syncs", stock_syncs), ("env_runner", env_runner), ("cartpole", cartpole), ("scaling", scaling),
     ("scaling_learner", scaling_learner), ("kernels", kernels), ("env", env),
-    ("population_cpu_quick", population_cpu_quick), ("reliability", reliability),
+    ("population_cpu_quick", population_cpu_quick), ("population_update", population_update),
+    ("reliability", reliability),
 )
 """(JSON name in the results folder, printer), in the order of ``docs/results.md``."""
 

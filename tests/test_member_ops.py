@@ -1,4 +1,4 @@
-"""The member-batched ops of ``kernels/members.py`` against their single-member twins.
+"""The member-batched ops of ``kernels/member_ops.py`` against their single-member twins.
 
 Each batched op runs once on ``[P, ...]`` buffers (per-member hyperparameters as ``[P, 1]``
 tensors); its twin of ``kernels/reference.py`` runs on each member row ``k`` of clones of the same
@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from rl_zerosync.kernels import members as M
+from rl_zerosync.kernels import member_ops as M
 from rl_zerosync.kernels import reference as R
 from rl_zerosync.kernels.adam import derived_constants
 from rl_zerosync.kernels.layouts import ACCUM, CHECK, FLAGS, QAGG, QSTATS, RECORD

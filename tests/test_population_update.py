@@ -1,6 +1,6 @@
 """The member dimension in the learner (``learner/population_update.py``) on the CPU: P learners'
 state stacked into ``[P, ...]`` buffers. ``per_member`` is bit for bit the members' own updates;
-``batched`` (the GPU path: batched GEMMs and the member-batched ops of ``kernels/members.py``) matches
+``batched`` (the GPU path: batched GEMMs and the member-batched ops of ``kernels/member_ops.py``) matches
 them to float32 rounding; a NaN in one member's data skips that member alone."""
 from __future__ import annotations
 

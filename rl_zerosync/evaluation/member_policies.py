@@ -5,7 +5,7 @@ Replica k of the walk (:class:`~rl_zerosync.evaluation.walk.SegmentWalk` with ``
 
 * each member's own module on its replica's rows (``batched=False``): bit for bit the one-member
   validation pass of :meth:`~rl_zerosync.evaluation.validation.Validator.validate`;
-* one batched forward of all members (``batched=True``, :func:`rl_zerosync.kernels.members.mlp_forward`
+* one batched forward of all members (``batched=True``, :func:`rl_zerosync.kernels.member_ops.mlp_forward`
   on the members' weights stacked with a member dimension): the same Q to float32 rounding, one
   GEMM per layer instead of P. Needs the plain Linear/[LayerNorm]/ReLU network of routed / flat actions.
 """
@@ -16,7 +16,7 @@ from typing import List
 import torch
 
 from rl_zerosync.evaluation.walk import SegmentWalk, WalkState
-from rl_zerosync.kernels import members as M
+from rl_zerosync.kernels import member_ops as M
 from rl_zerosync.learner.mlp import mlp_kernel_blocker, plain_layers
 
 

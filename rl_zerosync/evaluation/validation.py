@@ -98,7 +98,7 @@ class Validator:
         k's, with the env ids of a one-member walk), one readback; member k's metrics are those
         :meth:`validate` gives for its algorithm (``validation_time_s``: the whole pass).
 
-        ``batched``: the members' Q networks run as one batched forward (``kernels/members.py``; equal to
+        ``batched``: the members' Q networks run as one batched forward (``kernels/member_ops.py``; equal to
         each member's own forward to float32 rounding); else each member's own forward on its replica
         (bit for bit :meth:`validate`)."""
         from rl_zerosync.evaluation.member_policies import MemberPolicies

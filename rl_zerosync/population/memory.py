@@ -12,10 +12,7 @@ from __future__ import annotations
 import torch
 
 from rl_zerosync.config.yaml_values import SettingsError
-
-HEADROOM = 1.25
-"""Estimated bytes per member = the first member's learner tensors x this (envs, module copies, workspaces)."""
-
+from rl_zerosync.run.fits import HEADROOM, free_bytes
 
 def _learner(algo):
     return algo.local_learner
@@ -35,21 +32,6 @@ def member_bytes(algo) -> int:
     for t in (flat.flat_params, flat.flat_grads, flat.exp_avg, flat.exp_avg_sq):
         total += t.numel() * t.element_size()
     return total
-
-
-def free_bytes(device: torch.device) -> int | None:
-    """Free memory of ``device`` (None when unknown)."""
-    if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        return int(free)
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
 
 
 def check_fits(algo, members: int, settings) -> None:
@@ -72,28 +54,3 @@ def check_fits(algo, members: int, settings) -> None:
             f"{free / 2**30:,.2f} GiB free: at most {fits} member(s) fit; use fewer members, a smaller "
             f"replay_capacity or population.shards")
 
-
-def estimated_member_bytes(settings) -> int:
-    """Bytes one member of ``settings`` will hold on its device, estimated from the settings alone (no
-    algorithm built): its replay rows (two observations, action, reward, discount, flag) and five
-    copies of its network (parameters, gradients, two Adam moments, target), x :data:`HEADROOM`."""
-    from rl_zerosync.config.settings import to_rllib_config
-    from rl_zerosync.envs.registry import spaces_of
-
-    config = to_rllib_config(settings)
-    obs_space, act_space = spaces_of(config.env, config.env_config)
-    obs = int(obs_space.shape[0])
-    heads = {"routed": 5, "flat": int(act_space.n), "branching": 1 + 5 + 3 + 3}[settings.model.action_mode]
-    widths = [obs, *[int(h) for h in settings.model.hidden], heads]
-    norm = 2 if settings.model.layernorm else 0
-    params = sum(a * b + b + (norm * b if i < len(widths) - 2 else 0)
-                 for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])))
-    row = 2 * 4 * obs + 32
-    return int((settings.learner.typed.replay_capacity * row + 5 * 4 * params) * HEADROOM)
-
-
-def member_device(settings) -> torch.device:
-    """The device a member of ``settings`` learns on (``algo.num_gpus_per_learner``: -1 = a GPU when
-    there is one, 0 = the CPU)."""
-    gpus = settings.algo.num_gpus_per_learner
-    return torch.device("cuda" if gpus != 0 and torch.cuda.is_available() else "cpu")

@@ -104,7 +104,7 @@ class PopulationSettings:
     update: str = "auto"
     """How the members' learner updates run (``learner/population_update.py``): ``batched`` (one update of
     all members, batched GEMMs), ``per_member`` (each member's own update: bit for bit its single run) or
-    ``auto`` (``batched`` on CUDA where it can run, else ``per_member``)."""
+    ``auto`` (``batched`` on CUDA from ``BATCHED_FROM`` members where it can run, else ``per_member``)."""
     points: list[dict[str, Any]] = field(default_factory=list)
     """The resolved points, each a dict dotted key -> concrete value, in Tune's order."""
     members: list[Member] = field(default_factory=list)

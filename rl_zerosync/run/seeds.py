@@ -170,7 +170,7 @@ def together_blocker(settings, seeds: Sequence[int]) -> str | None:
     it needs 2+ seeds, the learner and env runner in the process (``num_learners`` and
     ``num_env_runners`` 0, no ``runner.overlap``) and every member's estimated bytes
     (:func:`~rl_zerosync.population.memory.estimated_member_bytes`) inside what the device has free."""
-    from rl_zerosync.population.memory import estimated_member_bytes, free_bytes, member_device
+    from rl_zerosync.run.fits import estimated_member_bytes, free_bytes, member_device
 
     a = settings.algo
     if len(seeds) < 2:
@@ -189,7 +189,7 @@ def together_blocker(settings, seeds: Sequence[int]) -> str | None:
 
 def together_line(settings, seeds: Sequence[int]) -> str:
     """The header line of a sweep run as one population process."""
-    from rl_zerosync.population.memory import estimated_member_bytes, free_bytes, member_device
+    from rl_zerosync.run.fits import estimated_member_bytes, free_bytes, member_device
 
     device = member_device(settings)
     free = free_bytes(device)
