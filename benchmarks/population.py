@@ -34,14 +34,15 @@ checkpoints excluded; per-iteration env steps and updates are the increments of
   ``sum_k steps[k, i] / T_i`` (``steady_env_steps_per_s``; ``steady_updates_per_s`` the same with
   updates), where T_i is the time the P members take for iteration i:
 
-  - population: its members run iteration i one after another, so
-    ``T_i = sum_k time_this_iter_s[k, i]``;
+  - population: ``T_i`` = the population's own clock for its iteration i (``population.json``'s
+    ``timing.iteration_train_s``: every member's sampling and adding, the population's updates and
+    the rest of the members' iterations, validation excluded as ``time_this_iter_s`` excludes it);
   - processes: N run at once, in ceil(P / N) waves, so ``T_i = ceil(P / N) * max_k time_this_iter_s[k, i]``
     (the slowest member's iteration, once per wave);
 
 * ``syncs_per_population_update`` (ours): on CUDA, after the timed runs, a population of the
   baseline P is built in this process, stepped until every member has trained, and then one update
-  of every member's learner (``learner.train(1)`` for each, ``--sync-updates`` times) runs under
+  of the population (``PopulationUpdate.train([1] * P)``, ``--sync-updates`` times) runs under
   ``torch.cuda.set_sync_debug_mode("error")``: 0 when nothing synchronized, else the synchronizing
   calls counted in mode "warn" (``benchmarks.common.count_syncs``) per population update. On a CPU:
   null with the reason.
@@ -178,10 +179,13 @@ def measure(run: dict, parent: Path, wall_s: float) -> dict:
     env_steps = sum(float(r[-1][STEPS_KEY]) for r in rows)
     n_updates = sum(float(r[-1].get(UPDATES_KEY, 0.0)) for r in rows)
     waves = 1 if run["side"] == "population" else math.ceil(p / run["parallel"])
+    pop_iter_s = None
+    if run["side"] == "population":  # the population's own clock: its members' iterations are one iteration
+        pop_iter_s = json.loads((parent / "population.json").read_text())["timing"]["iteration_train_s"]
     rate_steps, rate_updates, iter_s = [], [], []
     for i in range(n_iter):
         col = [t[i] for t in times]
-        t_i = sum(col) if run["side"] == "population" else waves * max(col)
+        t_i = pop_iter_s[i] if pop_iter_s is not None else waves * max(col)
         iter_s.append(t_i)
         rate_steps.append(sum(s[i] for s in steps) / t_i)
         rate_updates.append(sum(u[i] for u in updates) / t_i)
@@ -203,7 +207,7 @@ def measure(run: dict, parent: Path, wall_s: float) -> dict:
 
 # ------------------------------------------------------------------------------------------- syncs
 def population_syncs(config_file: Path, updates: int) -> dict:
-    """Host syncs of one population update (one ``learner.train(1)`` of every member; see the module
+    """Host syncs of one population update (``PopulationUpdate.train([1] * P)``; see the module
     docstring), measured in this process on CUDA; null with the reason elsewhere."""
     if not torch.cuda.is_available():
         return {"value": None, "reason": NO_CUDA}
@@ -224,20 +228,21 @@ def population_syncs(config_file: Path, updates: int) -> dict:
         stack.enter_context(RunDir.claim(settings.run_dir))
         init_ray(settings)
         population = Population(settings, pop, all_member_settings(settings, pop), stack)
-        learners = [loop.algo.local_learner for loop in population.loops]
+        update = population.update
+        if update is None:
+            return {"value": None, "reason": f"no population update: {population.update_line}"}
         warm = 0
         while warm < settings.run.iterations and not all(
                 flatten_scalars(loop.result).get(UPDATES_KEY, 0.0) > 0 for loop in population.loops):
             population.step()
             warm += 1
-        for learner in learners:  # one more update each outside the count (graph capture, if due)
-            learner.train(1)
+        ones = [1] * pop.size
+        update.train(ones)  # one more population update outside the count (graph capture, if due)
         torch.cuda.synchronize()
 
         def one_pass() -> None:
             for _ in range(updates):
-                for learner in learners:
-                    learner.train(1)
+                update.train(ones)
 
         error = None
         torch.cuda.set_sync_debug_mode("error")
@@ -249,10 +254,11 @@ def population_syncs(config_file: Path, updates: int) -> dict:
             torch.cuda.set_sync_debug_mode("default")
         torch.cuda.synchronize()
         counted = count_syncs(one_pass)
-        for learner in learners:
-            learner.collect_metrics()  # the per-iteration boundary read, outside the counts
+        for loop, pack in zip(population.loops, update.collect()):  # the boundary read, outside the counts
+            loop.algo.local_learner.collect_metrics(values=pack)
     value = 0.0 if error is None else (counted.syncs + counted.waits) / updates
-    return {"value": value, "members": pop.size, "population_updates": updates, "warm_iterations": warm,
+    return {"value": value, "members": pop.size, "mode": update.mode, "population_updates": updates,
+            "warm_iterations": warm,
             "error_mode_raised": error, "warn_mode_syncs": counted.syncs, "warn_mode_event_waits": counted.waits}
 
 
@@ -319,7 +325,7 @@ def main() -> int:
                 "env_steps_per_s": "env_steps / wall_s", "updates_per_s": "updates / wall_s",
                 "agents_per_hour": "p * 3600 / wall_s",
                 "steady_env_steps_per_s": "median over iterations i of sum_k steps[k,i] / T_i; population: "
-                                          "T_i = sum_k time_this_iter_s[k,i] (members one after another); "
+                                          "T_i = the population's timing.iteration_train_s[i] (its own clock); "
                                           "processes: T_i = ceil(p / parallel) * max_k time_this_iter_s[k,i]",
                 "steady_updates_per_s": "as steady_env_steps_per_s with the updates per iteration",
                 "iteration_s": "T_i, iteration by iteration", "iteration_s_median": "median over iterations of T_i",

@@ -57,7 +57,7 @@ class Population:
         self.loops = _build(members, pop, stack)
         self.update, why = _population_update(self.loops, pop.update)
         self._readback = None  # (the rollouts it reads, PopulationReadback)
-        self.timing: dict = {key: 0.0 for key in TIMING_KEYS}
+        self.timing: dict = {**{key: 0.0 for key in TIMING_KEYS}, "iteration_train_s": []}
         """Wall seconds of this process's population iterations by part, summed (``population.json``'s
         ``timing``), with the env steps sampled and member updates run."""
         self.update_line = (f"learner update: {self.update.mode}, one population update for {len(self.loops)} "
@@ -111,6 +111,7 @@ class Population:
             loop.conclude(result, evals.get(id(loop)))
         clock.lap("logs_checkpoints_s")
         self.timing["iterations"] += 1
+        self.timing["iteration_train_s"].append(clock.since_start(("sample_add_s", "update_s", "train_rest_s")))
         return any("eval" in loop.result for loop in stepped)
 
     def _rollouts(self, active: list[TrainLoop]) -> dict[int, object]:
@@ -185,9 +186,9 @@ TIMING_KEYS = ("iterations", "sample_add_s", "update_s", "train_rest_s", "valida
 
 
 def summarize_timing(timing: dict) -> dict:
-    """``timing`` (wall seconds by part, summed over iterations; env steps; member updates) plus
-    ``training_s`` (every part but validation and logs/checkpoints), ``env_steps_per_s`` (env steps /
-    training_s) and ``line``."""
+    """``timing`` (wall seconds by part, summed over iterations; ``iteration_train_s``: each iteration's
+    sampling, adding and training seconds; env steps; member updates) plus ``training_s`` (every part
+    but validation and logs/checkpoints), ``env_steps_per_s`` (env steps / training_s) and ``line``."""
     out = dict(timing)
     train = sum(timing.get(k, 0.0) for k in ("sample_add_s", "update_s", "train_rest_s"))
     out["training_s"] = train
@@ -205,6 +206,11 @@ class _Clock:
 
     def __init__(self, timing: dict) -> None:
         self.timing, self.t = timing, time.perf_counter()
+        self.laps: dict = {}
+
+    def since_start(self, keys) -> float:
+        """The seconds of this clock's laps ``keys``."""
+        return sum(self.laps.get(k, 0.0) for k in keys)
 
     def lap(self, key: str) -> None:
         import torch
@@ -213,6 +219,7 @@ class _Clock:
             torch.cuda.synchronize()  # host read: timing boundary, once per population phase
         now = time.perf_counter()
         self.timing[key] += now - self.t
+        self.laps[key] = self.laps.get(key, 0.0) + now - self.t
         self.t = now
 
 
