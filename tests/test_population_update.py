@@ -185,3 +185,20 @@ def test_named_errors():
     with pytest.raises(ValueError, match="member 1's replay buffer is empty"):
         fill(learners[:1])
         update.train([1, 1])
+
+
+def test_moving_state_into_rows_checks_each_buffer():
+    from rl_zerosync.learner import flat_adam, training_guard
+
+    learner = build(MEMBERS[0])
+    g = learner.guard
+    bad = {name: torch.zeros(3) for name in flat_adam.STACKED}
+    with pytest.raises(ValueError, match=r"FlatAdam.adopt: flat_params must be torch.float32 \[\d+\] on cpu, got "
+                                         r"torch.float32 \[3\]"):
+        learner.flat_adam.adopt(bad, found_inf=g.found_inf, loss_scale=g.loss_scale, grad_norm=g.grad_norm)
+    with pytest.raises(ValueError, match="TrainingGuard.adopt: expected rows for"):
+        g.adopt({"loss": torch.zeros(1)})
+    rows = {name: torch.zeros_like(getattr(g, name)) for name in training_guard.STACKED}
+    rows["flags"] = torch.zeros(6, dtype=torch.int32)[::2]  # right shape, not contiguous
+    with pytest.raises(ValueError, match="TrainingGuard.adopt: flags must be contiguous"):
+        g.adopt(rows)

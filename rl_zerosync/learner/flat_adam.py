@@ -35,6 +35,7 @@ import torch
 
 from rl_zerosync.kernels import Kernels
 from rl_zerosync.kernels.norm import NORM_CHUNK
+from rl_zerosync.learner.rows import move_into_rows
 
 __all__ = ["ALIGN", "NORM_CHUNK", "STACKED", "FlatAdam"]
 
@@ -132,17 +133,7 @@ class FlatAdam:
         are copied there, the parameters and the optimizer's state become views of them, and
         ``adam_step`` is bound to them and to the guard's (possibly moved) ``found_inf``, ``loss_scale``
         and ``grad_norm``. A CUDA graph captured before must be dropped by its owner."""
-        if set(rows) != set(STACKED):
-            raise ValueError(f"FlatAdam.adopt: expected rows for {sorted(STACKED)}, got {sorted(rows)}")
-        for name, row in rows.items():
-            own = getattr(self, name)
-            if row.shape != own.shape or row.dtype != own.dtype or row.device != own.device:
-                raise ValueError(f"FlatAdam.adopt: {name} must be {own.dtype} {list(own.shape)} on "
-                                 f"{own.device}, got {row.dtype} {list(row.shape)} on {row.device}")
-            if not row.is_contiguous():
-                raise ValueError(f"FlatAdam.adopt: {name} must be contiguous")
-            row.copy_(own)
-            setattr(self, name, row)
+        move_into_rows(self, rows, STACKED, "FlatAdam.adopt")
         self._bind_params()
         self._install_state()
         for p in self.params:

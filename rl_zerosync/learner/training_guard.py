@@ -53,6 +53,7 @@ import torch
 from rl_zerosync.kernels import AsyncReadback, Kernels, qstats_scratch_numel
 from rl_zerosync.kernels.layouts import ACCUM, CHECK, FLAGS, PACK, QAGG, QSTATS, RECORD
 from rl_zerosync.learner.learner_settings import LearnerSettings
+from rl_zerosync.learner.rows import move_into_rows
 
 __all__ = ["STACKED", "pack_rows", "CHECKS", "TrainingGuard", "TrainingHalted", "METRIC_NAMES", "combine_ranks"]
 
@@ -283,15 +284,7 @@ class TrainingGuard:
         are copied there, the guard uses them from now on and its launches are bound to them again."""
         if self.world_size > 1:
             raise ValueError("TrainingGuard.adopt: not with DDP (world_size > 1)")
-        if set(rows) != set(STACKED):
-            raise ValueError(f"TrainingGuard.adopt: expected rows for {sorted(STACKED)}, got {sorted(rows)}")
-        for name, row in rows.items():
-            own = getattr(self, name)
-            if row.shape != own.shape or row.dtype != own.dtype or row.device != own.device:
-                raise ValueError(f"TrainingGuard.adopt: {name} must be {own.dtype} {list(own.shape)} on "
-                                 f"{own.device}, got {row.dtype} {list(row.shape)} on {row.device}")
-            row.copy_(own)
-            setattr(self, name, row)
+        move_into_rows(self, rows, STACKED, "TrainingGuard.adopt")
         self._bind()
         shapes, self._qstats = list(self._qstats), {}
         for rows_cols in shapes:
