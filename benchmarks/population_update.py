@@ -4,6 +4,7 @@ How to run (from the repository root)::
 
     python -m benchmarks.population_update            # CUDA: P in {1, 8, 64}; writes benchmarks/results/population_update.json
     python -m benchmarks.population_update --quick    # CPU smoke: P in {1, 3}, small network, a temp JSON
+    python -m benchmarks.population_update --profile 64   # where the batched update's time goes (eager, profiler)
 
 Results to expect: on one H200 the batched update of 64 members takes a fraction of the time of 64
 members' own graphed updates (the ``alone`` row), and 0 host syncs per population update.
@@ -148,6 +149,32 @@ def measure(settings, p: int, way: str, *, k: int, repeats: int, fill: int, devi
     return row
 
 
+def profile(settings, p: int, *, device: str, capacity: int) -> dict:
+    """Print torch.profiler's table (by device time) of 5 eager batched population updates of ``p``
+    members (after 3 warm-up updates); the graph is off so that every op shows."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    from rl_zerosync.learner.population_update import PopulationUpdate
+
+    a = settings.algo
+    learners = [_build(settings, i, device, capacity) for i in range(p)]
+    for i, learner in enumerate(learners):
+        _fill(learner, i, t_len=a.rollout_length, n_envs=a.num_envs_per_runner, obs_dim=_obs_dim(settings),
+              rollouts=1, device=device)
+    update = PopulationUpdate(learners, mode="batched")
+    update.disable_graph()
+    update.train([3] * p)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    with torch_profile(activities=activities) as prof:
+        update.train([5] * p)
+        if device == "cuda":
+            torch.cuda.synchronize()
+    key = "cuda_time_total" if device == "cuda" else "cpu_time_total"
+    print(prof.key_averages().table(sort_by=key, row_limit=40, max_name_column_width=60))
+    return {}
+
+
 def main(argv=None) -> dict:
     from rl_zerosync.config.settings import load as load_settings
 
@@ -157,6 +184,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--fill", type=int, default=2, help="rollouts added to every member's replay")
     ap.add_argument("--capacity", type=int, default=200_000, help="replay rows per member (population.yaml's)")
+    ap.add_argument("--profile", type=int, default=None, metavar="P",
+                    help="instead: torch.profiler table of 5 eager batched population updates of P members")
     args = ap.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     overrides = []
@@ -164,6 +193,8 @@ def main(argv=None) -> dict:
         overrides = ["model.hidden=[32, 32]", "algo.batch_size=64", "algo.num_envs_per_runner=64",
                      "algo.rollout_length=8"]
     settings = load_settings(args.config, overrides)
+    if args.profile is not None:
+        return profile(settings, args.profile, device=device, capacity=args.capacity)
     p_list = args.p or ([1, 3] if args.quick else [1, 8, 64])
     k = max(1, int(round(settings.algo.replay_ratio * settings.algo.num_envs_per_runner
                          * settings.algo.rollout_length / settings.algo.batch_size)))

@@ -147,6 +147,10 @@ class PopulationUpdate:
         for learner in self.learners:
             learner.release_grads()
 
+    def disable_graph(self) -> None:
+        """Run the population updates eagerly from now on (profiling, comparisons): the same updates."""
+        self._graphed = None
+
     @property
     def graph_captured(self) -> bool:
         """Whether the population update is captured in a CUDA graph and replayed."""
@@ -297,7 +301,3 @@ class PopulationUpdate:
         self._readback.start(self._pack)
         vals = self._readback.wait().tolist()  # host read: the one readback of the population's iteration
         return [vals[k * PACK.size:(k + 1) * PACK.size] for k in range(self.size)]
-
-    def per_update_launches(self) -> Dict[str, int]:
-        """How the update runs: ``graph_launches`` per population update (1 once captured on CUDA)."""
-        return {"graph_launches": 1 if self.graph_captured else 0}
