@@ -363,8 +363,8 @@ class GPUEnvRunner(EnvRunner, Checkpointable):
                     "need a longer rollout_fragment_length or fewer evaluation_duration units")
             self._sample_once(mode, device_output=self.device.type == "cuda")
             host = self._last_host  # this rollout's one readback (pinned host views)
-            window.add(host["rewards"].numpy(),  # host read: host copies already made by the readback
-                       (host["terminateds"] | host["truncateds"]).numpy())
+            ended = (host["terminateds"] | host["truncateds"]).numpy()  # host read: views of the readback's host copy
+            window.add(host["rewards"].numpy(), ended)  # host read: views of the readback's host copy
             out.append(RolloutCount(per))
         self._log_eval_episodes(window)
         self._on_sample_end(out)

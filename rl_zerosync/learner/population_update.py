@@ -31,12 +31,10 @@ member's guard metrics back in one readback.
 """
 from __future__ import annotations
 
-import logging
 from types import SimpleNamespace
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 import torch
-from ray.rllib.core.columns import Columns
 
 from rl_zerosync.kernels import AsyncReadback
 from rl_zerosync.kernels import member_ops as M
@@ -46,11 +44,9 @@ from rl_zerosync.learner import flat_adam as fa
 from rl_zerosync.learner import training_guard as tg
 from rl_zerosync.learner.graph import GraphedUpdate
 from rl_zerosync.learner.mlp import plain_layers, mlp_kernel_blocker
-from rl_zerosync.learner.replay import DISCOUNTS, WEIGHTS
+from rl_zerosync.learner.replay import WEIGHTS
 
 __all__ = ["UPDATE_MODES", "PopulationUpdate", "batched_blocker"]
-
-logger = logging.getLogger(__name__)
 
 UPDATE_MODES = ("auto", "batched", "per_member")
 """``population.update``: ``auto`` = ``batched`` on CUDA from :data:`BATCHED_FROM` members where it can
