@@ -329,7 +329,9 @@ def main() -> int:
                                           "processes: T_i = ceil(p / parallel) * max_k time_this_iter_s[k,i]",
                 "steady_updates_per_s": "as steady_env_steps_per_s with the updates per iteration",
                 "iteration_s": "T_i, iteration by iteration", "iteration_s_median": "median over iterations of T_i",
-                "member_iteration_s_median": "median over members and iterations of time_this_iter_s",
+                "member_iteration_s_median": "median over members and iterations of time_this_iter_s (a "
+                                             "population member's covers only the part of its iteration after "
+                                             "the population's shared sampling and update)",
             },
             "runs": [],
         }
