@@ -907,6 +907,7 @@ def _launch_cases() -> dict:
         "td_loss": [(td(True), dict(loss_type="huber")), (td(False), dict(loss_type="mse"))],
         "divergence": [((z(5), z(1, dt=i), z(1, dt=i)), dict(threshold=1.0, patience=3))],
         "epsilon_greedy": [((z(7, 5), z(1), z(1, dt=l), z(7, dt=l)), dict(seed=3))],
+        "epsilon_greedy_members": [((z(6, 5), z(3), z(1, dt=l), z(3, dt=l), z(6, dt=l)), {})],
         "branching_select": [((z(7, 5), z(7, 3), z(7, 3), z(1), z(1, dt=l), z(7, dt=l)), dict(seed=3))],
         "route": [((z(7, dt=l), z(7), z(7), z(7), z(7), z(7, dt=l)), dict(low_vol=0.5))],
         "replay_add": [((*rollout, None, z(1, dt=d)), dict(start=3, first_row=0, **offsets)),

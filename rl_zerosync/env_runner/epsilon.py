@@ -108,3 +108,29 @@ class DeviceEpsilonSchedule:
         out = torch.empty(1, dtype=torch.float32, device=self.device)
         self.evaluate(t, out)
         return float(out.cpu()[0])  # host read: reporting helper, outside the rollout
+
+
+class MemberEpsilonSchedules:
+    """The epsilon schedules of P population members evaluated at once into an f32[P] device vector:
+    each member's ramps padded to the longest schedule with zero-height ramps (which add exactly 0)."""
+
+    def __init__(self, schedules: Sequence[DeviceEpsilonSchedule], device: Union[str, torch.device]) -> None:
+        self.device = torch.device(device)
+        width = max(1, max(s._dv.numel() for s in schedules))
+        f64 = dict(dtype=torch.float64, device=self.device)
+
+        def pad(get, fill: float) -> torch.Tensor:
+            rows = [torch.cat((get(s).to(self.device), torch.full((width - get(s).numel(),), fill, **f64)))
+                    for s in schedules]
+            return torch.stack(rows)
+
+        self._v0 = torch.cat([s._v0.to(self.device) for s in schedules])
+        self._t_left = pad(lambda s: s._t_left, 0.0)
+        self._inv_len = pad(lambda s: s._inv_len, 0.0)
+        self._dv = pad(lambda s: s._dv, 0.0)
+
+    def evaluate(self, env_steps: torch.Tensor, out: torch.Tensor) -> None:
+        """Writes every member's ``eps(env_steps)`` into ``out`` (f32[P]); ``env_steps`` is an i64[1] count."""
+        t = env_steps.to(torch.float64)
+        ramps = ((t - self._t_left) * self._inv_len).clamp_(0.0, 1.0)
+        out.copy_(self._v0 + (ramps * self._dv).sum(dim=1))

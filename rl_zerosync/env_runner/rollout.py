@@ -41,6 +41,8 @@ LEADING_KEYS = (
 )
 
 EXPLORE, GREEDY, RANDOM = "explore", "greedy", "random"
+EPSILON_MODES = {EXPLORE: (1.0, 0.0), GREEDY: (0.0, 0.0), RANDOM: (0.0, 1.0)}
+"""Exploration mode -> (scale, offset) applied to the schedule's epsilon."""
 
 
 class DeviceRollout:
@@ -119,6 +121,7 @@ class DeviceRollout:
         self._full_readback: Optional[AsyncReadback] = None
         self._leading_readback: Optional[AsyncReadback] = None
         self._graph: Optional[torch.cuda.CUDAGraph] = None
+        self.population = None  # the PopulationRollout stepping these envs with other members', once attached
         self.reset()
 
     @property
@@ -150,8 +153,20 @@ class DeviceRollout:
         else:
             raise ValueError(f"action_mode must be one of ('routed', 'flat', 'branching'), got {self.action_mode!r}")
 
+    def attach(self, population, flat: torch.Tensor) -> None:
+        """Hands these envs to a population's rollout (:class:`~rl_zerosync.env_runner.population_rollout.
+        PopulationRollout`): the columns move to ``flat`` (this member's row of the population's buffer,
+        the same layout), and :meth:`run` only tells the population what to run."""
+        self.packed.flat = flat
+        self.views = self.packed.views = self.packed.views_of(flat)
+        self._full_readback = self._leading_readback = None
+        self._graph, self.population = None, population
+
     def reset(self) -> None:
         """Resets every env and forgets running episodes and the captured graph."""
+        if self.population is not None:
+            raise RuntimeError("DeviceRollout.reset: these envs are stepped by a population's rollout "
+                               "(one batch of every member's envs); a member's envs are not reset alone")
         self.cur_obs.copy_(self.env.reset())
         self.stats.reset()
         self._graph = None
@@ -211,58 +226,18 @@ class DeviceRollout:
                 self.env.reset_metrics()
 
     # --- CUDA graph ---------------------------------------------------------------------------
-    def _capture(self) -> None:
-        """Captures one whole rollout in a CUDA graph (after an eager warm-up rollout).
-
-        The trading env rebinds its state (a dataclass of tensors), ``final_obs`` and routing inputs
-        at every step. The captured region ends by copying their final values into the tensors the
-        first step reads, and the env is pointed back at those, so each replay continues where
-        the previous one stopped. Envs that update their tensors in place need none of this.
-        """
-        env = self.env
-        carried = {name: getattr(env, name) for name in ("final_obs", *ROUTING_KEYS)
-                   if isinstance(getattr(env, name, None), torch.Tensor)}
-        state0 = env.state if is_dataclass(getattr(env, "state", None)) else None
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-            self._rollout_body()
-            if state0 is not None:
-                final = env.state
-                for f in fields(state0):
-                    first, last = getattr(state0, f.name), getattr(final, f.name)
-                    if isinstance(first, torch.Tensor) and first is not last:
-                        first.copy_(last)
-            for name, first in carried.items():
-                if getattr(env, name) is not first:
-                    first.copy_(getattr(env, name))
-        if state0 is not None:
-            env.state = state0
-        for name, first in carried.items():
-            setattr(env, name, first)
-        self._graph = graph
-
     def run(self, *, env_steps: int, rng_step: int, mode: str, graph: bool) -> None:
         """Enqueues one rollout. ``env_steps``: global env steps so far (epsilon's t);
         ``rng_step``: action RNG counter; ``mode``: explore / greedy (eps 0) / random (eps 1)."""
-        scale, offset = {EXPLORE: (1.0, 0.0), GREEDY: (0.0, 0.0), RANDOM: (0.0, 1.0)}[mode]
+        scale, offset = EPSILON_MODES[mode]
         self._eps_scale.fill_(scale)
         self._eps_offset.fill_(offset)
+        if self.population is not None:
+            self.population.request(self, env_steps=env_steps, rng_step=rng_step, mode=mode, graph=graph)
+            return
         self.env_steps.fill_(env_steps)
         self.rng_step.fill_(rng_step)
-        use_graph = graph and self.device.type == "cuda"
-        if self._graph is not None and use_graph:
-            self._graph.replay()
-            return
-        if not use_graph:
-            self._rollout_body()
-            return
-        # First graph rollout: eager on a side stream (warm-up, and this call's data), then capture.
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            self._rollout_body()
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        self._capture()  # records only: the buffers keep the warm-up rollout's data
+        run_graphed(self, self._rollout_body, graph=graph)
 
     # --- readback -----------------------------------------------------------------------------
     @property
@@ -290,3 +265,52 @@ class DeviceRollout:
         rb.start(src)
         host = rb.wait()  # host read: the one boundary per rollout (event wait on this copy only)
         return self.packed.views_of(host, names=names)
+
+
+def capture_rollout(env, body) -> "torch.cuda.CUDAGraph":
+    """Captures ``body`` (one whole rollout of ``env``) in a CUDA graph; returns it.
+
+    The trading env rebinds its state (a dataclass of tensors), ``final_obs`` and routing inputs
+    at every step. The captured region ends by copying their final values into the tensors the
+    first step reads, and the env is pointed back at those, so each replay continues where
+    the previous one stopped. Envs that update their tensors in place need none of this.
+    """
+    carried = {name: getattr(env, name) for name in ("final_obs", *ROUTING_KEYS)
+               if isinstance(getattr(env, name, None), torch.Tensor)}
+    state0 = env.state if is_dataclass(getattr(env, "state", None)) else None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+        body()
+        if state0 is not None:
+            final = env.state
+            for f in fields(state0):
+                first, last = getattr(state0, f.name), getattr(final, f.name)
+                if isinstance(first, torch.Tensor) and first is not last:
+                    first.copy_(last)
+        for name, first in carried.items():
+            if getattr(env, name) is not first:
+                first.copy_(getattr(env, name))
+    if state0 is not None:
+        env.state = state0
+    for name, first in carried.items():
+        setattr(env, name, first)
+    return graph
+
+
+def run_graphed(owner, body, *, graph: bool) -> None:
+    """Enqueues one rollout of ``owner`` (``.device``, ``.env``, ``._graph``): the captured graph's
+    replay, or ``body`` eagerly (CPU, or ``graph`` off); the first graphed call runs ``body`` eagerly
+    on a side stream (warm-up, and this call's data), then captures it (records only)."""
+    use_graph = graph and owner.device.type == "cuda"
+    if owner._graph is not None and use_graph:
+        owner._graph.replay()
+        return
+    if not use_graph:
+        body()
+        return
+    side = torch.cuda.Stream(owner.device)
+    side.wait_stream(torch.cuda.current_stream(owner.device))
+    with torch.cuda.stream(side):
+        body()
+    torch.cuda.current_stream(owner.device).wait_stream(side)
+    owner._graph = capture_rollout(owner.env, body)  # records only: the buffers keep the warm-up's data

@@ -73,6 +73,16 @@ class EnvTables:
     periods_per_year: float
     has_open: bool = False     # data.open is not None (MARKET at the next open)
     has_range: bool = False    # data.high / low are not None (passive orders must trade through)
+    # Members of a population stepped as one batch (envs.population_env); absent for one run:
+    seed_keys: torch.Tensor | None = None   # i64[N] each env's RNG seed key (rng.seed_keys), else params.seed
+    asset_base: torch.Tensor | None = None  # i64[N] first asset row of each env's member
+    member_assets: int = 0                  # assets per member (reset draws among these), 0: num_assets
+    groups: int = 1                         # members: acc is f64[groups, METRICS_SIZE] when > 1
+
+
+def env_seed(tables: EnvTables) -> int | torch.Tensor:
+    """The RNG seed of the envs' draws: ``params.seed``, or per-env seed keys (a population's batch)."""
+    return tables.seed_keys if tables.seed_keys is not None else tables.params.seed
 
 
 def make_tables(data: MarketData, params: EnvParams) -> EnvTables:
@@ -181,8 +191,10 @@ def reset_state(
     """
     tables = as_tables(data, params)
     m = env_ids_mask
-    word = random_bits(tables.params.seed, key, STREAM_RESET, state.env_id)
-    asset = ((word >> 8) * tables.num_assets) >> 24
+    word = random_bits(env_seed(tables), key, STREAM_RESET, state.env_id)
+    asset = ((word >> 8) * (tables.member_assets or tables.num_assets)) >> 24
+    if tables.asset_base is not None:
+        asset = asset + tables.asset_base
     word2 = hash32(word ^ GOLDEN) & MASK32
     start = tables.start_lo[asset] + (((word2 >> 8) * tables.start_span[asset]) >> 24)
     zero = torch.zeros_like(state.pos)
@@ -248,7 +260,7 @@ def execute(
     idx = state.asset * tables.num_bars + state.t
     fill = tables.fill[ou]
     if p.fill_mode == "stochastic":
-        fill = (uniform24(p.seed, counter, STREAM_FILL, state.env_id) < fill).to(torch.float32)
+        fill = (uniform24(env_seed(tables), counter, STREAM_FILL, state.env_id) < fill).to(torch.float32)
     trade = fill * (tables.levels[e] - state.pos)
     pos = state.pos + trade
     spread_t = data.spread.reshape(-1)[idx]
@@ -279,7 +291,7 @@ def execute_next_bar(
     want = tables.levels[e] - state.pos
     fill = tables.fill[ou]
     if p.fill_mode == "stochastic":
-        fill = (uniform24(p.seed, counter, STREAM_FILL, state.env_id) < fill).to(torch.float32)
+        fill = (uniform24(env_seed(tables), counter, STREAM_FILL, state.env_id) < fill).to(torch.float32)
     close_t = data.close.reshape(-1)[idx]
     close_n = data.close.reshape(-1)[nxt]
     spread_n = data.spread.reshape(-1)[nxt]
@@ -372,11 +384,26 @@ def _accumulate(
     cols[ci["max_drawdown_sum"]] = max_dd.to(torch.float64)
     cols[ci["sharpe_sum"]] = sharpe
     vals = torch.stack(cols, dim=1) * done.to(torch.float64)[:, None]
+    if tables.groups > 1:
+        return acc + _accumulate_groups(tables.groups, vals, actions)
     completed = torch.cat((vals.sum(dim=0), torch.full((1,), float(done.shape[0]), dtype=torch.float64, device=acc.device)))
     counts = torch.zeros(NUM_ACTIONS, dtype=torch.float64, device=acc.device).index_add_(
         0, actions, torch.ones_like(actions, dtype=torch.float64)
     )
     return acc + torch.cat((completed, counts))
+
+
+def _accumulate_groups(groups: int, vals: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """:func:`_accumulate`'s increment per member of a population batch (``groups`` members of
+    ``n`` consecutive envs each): f64[groups, METRICS_SIZE], row k what member k's own envs add."""
+    n = vals.shape[0] // groups
+    sums = vals.view(groups, n, vals.shape[1]).sum(dim=1)
+    steps = torch.full((groups, 1), float(n), dtype=torch.float64, device=vals.device)
+    member = torch.arange(groups, device=actions.device).repeat_interleave(n)
+    counts = torch.zeros(groups * NUM_ACTIONS, dtype=torch.float64, device=vals.device).index_add_(
+        0, member * NUM_ACTIONS + actions, torch.ones_like(actions, dtype=torch.float64)
+    ).view(groups, NUM_ACTIONS)
+    return torch.cat((sums, steps, counts), dim=1)
 
 
 def step_with_info(

@@ -16,8 +16,7 @@ from typing import List
 import torch
 
 from rl_zerosync.evaluation.walk import SegmentWalk, WalkState
-from rl_zerosync.kernels import member_ops as M
-from rl_zerosync.learner.mlp import mlp_kernel_blocker, plain_layers
+from rl_zerosync.learner.stacked_q import StackedQ
 
 
 class MemberPolicies:
@@ -33,40 +32,20 @@ class MemberPolicies:
         if walk.replicas != len(modules):
             raise ValueError(f"MemberPolicies: the walk has {walk.replicas} replicas for {len(modules)} members")
         self.modules, self.walk, self.size, self.batched = list(modules), walk, len(modules), bool(batched)
-        self._layers: List[M.MemberLayer] = []
-        self._stacked: List[tuple] = []  # (stacked [P, ...] buffer, the members' own tensors)
-        if self.batched:
-            reason = mlp_kernel_blocker(self.modules[0], target=False)
-            if reason is not None:
-                raise ValueError(f"MemberPolicies: a batched forward cannot run this module: {reason}")
-            per_member = [plain_layers(m.q_net) for m in self.modules]
-
-            def stack(get) -> torch.Tensor:
-                own = [get(layers) for layers in per_member]
-                buf = torch.stack([t.detach() for t in own])
-                self._stacked.append((buf, own))
-                return buf
-
-            for i, (lin, norm) in enumerate(per_member[0]):
-                self._layers.append(M.MemberLayer(
-                    stack(lambda ls, i=i: ls[i][0].weight), stack(lambda ls, i=i: ls[i][0].bias),
-                    None if norm is None else stack(lambda ls, i=i: ls[i][1].weight),
-                    None if norm is None else stack(lambda ls, i=i: ls[i][1].bias),
-                    1e-5 if norm is None else float(norm.eps)))
+        self._stacked = StackedQ(self.modules) if self.batched else None
 
     def refresh(self) -> None:
         """After the members' weights were loaded into their modules: copy them into the stacked buffers
         (in place, so a captured walk graph stays valid)."""
-        with torch.no_grad():
-            for buf, own in self._stacked:
-                torch._foreach_copy_(list(buf.unbind(0)), [t.detach() for t in own])
+        if self._stacked is not None:
+            self._stacked.refresh()
 
     def act(self, obs: torch.Tensor, state: WalkState) -> torch.Tensor:
         """Greedy actions of every replica's envs: ``obs [P * E_k, D]`` -> ``[P * E_k]``."""
         x = obs.view(self.size, -1, obs.shape[-1])
         with torch.inference_mode():
-            if self.batched:
-                q = M.mlp_forward(self._layers, x)
+            if self._stacked is not None:
+                q = self._stacked.q_values(x)
                 q = q.reshape(-1, q.shape[-1])
             else:
                 q = torch.cat([module.q_values(x[k]) for k, module in enumerate(self.modules)])

@@ -62,6 +62,7 @@ KERNELS: Dict[str, KernelSpec] = {spec.kernel.name: spec for spec in (
     KernelSpec(td_loss.td_loss, reference.td_loss),
     KernelSpec(divergence.divergence, reference.divergence),
     KernelSpec(select.epsilon_greedy, reference.epsilon_greedy),
+    KernelSpec(select.epsilon_greedy_members, reference.epsilon_greedy_members),
     KernelSpec(select.branching_select, reference.branching_select),
     KernelSpec(route.route, reference.route),
     KernelSpec(add.replay_add, reference.replay_add),

@@ -32,10 +32,12 @@ def greedy_argmax(q: torch.Tensor) -> torch.Tensor:
 
 
 def _explore(
-    q: torch.Tensor, epsilon: torch.Tensor, step: torch.Tensor, seed: int, stream_base: int, idx: torch.Tensor
+    q: torch.Tensor, epsilon: torch.Tensor, step: torch.Tensor, seed: rng.IntOrTensor, stream_base: int,
+    idx: torch.Tensor
 ) -> torch.Tensor:
     """Epsilon-greedy over one Q matrix: coin and random action from streams ``stream_base`` +
-    ``rng.STREAM_EXPLORE`` / ``rng.STREAM_RANDOM_ACTION``."""
+    ``rng.STREAM_EXPLORE`` / ``rng.STREAM_RANDOM_ACTION``. ``seed`` is a host seed or per-row keys
+    (``rng.random_bits``); ``epsilon`` is ``[1]`` or one value per row."""
     u = rng.uniform24(seed, step, stream_base + rng.STREAM_EXPLORE, idx)
     rand = rng.random_index(rng.bits24(seed, step, stream_base + rng.STREAM_RANDOM_ACTION, idx), q.shape[1])
     return torch.where(u < epsilon, rand, greedy_argmax(q))
@@ -258,6 +260,19 @@ def epsilon_greedy(
     """Twin of ``zs_epsilon_greedy`` (``select.cu``)."""
     idx = torch.arange(q.shape[0], device=q.device)
     actions.copy_(_explore(q, epsilon, step, seed, 0, idx))
+
+
+def epsilon_greedy_members(
+    q: torch.Tensor, epsilon: torch.Tensor, step: torch.Tensor, seed_keys: torch.Tensor, actions: torch.Tensor
+) -> None:
+    """Twin of ``zs_epsilon_greedy_members`` (``select.cu``): ``epsilon_greedy`` for each of the P
+    members (``len(epsilon)``) on its ``E = N / P`` consecutive rows, with the member's epsilon and seed key
+    and the row's index within its member."""
+    members = epsilon.shape[0]
+    per_member = q.shape[0] // members
+    keys = seed_keys.repeat_interleave(per_member)
+    idx = torch.arange(per_member, device=q.device).repeat(members)
+    actions.copy_(_explore(q, epsilon.repeat_interleave(per_member), step, keys, 0, idx))
 
 
 def branching_select(

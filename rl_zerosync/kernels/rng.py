@@ -71,25 +71,34 @@ def _check_stream(stream: int) -> int:
     return stream
 
 
-def random_bits(seed: int, step: IntOrTensor, stream: int, idx: torch.Tensor) -> torch.Tensor:
+def seed_keys(seeds, device: Union[str, torch.device] = "cpu") -> torch.Tensor:
+    """The :func:`seed_key` of every host seed, as an int64 tensor (per-element keys for
+    :func:`random_bits`: e.g. the envs of several population members, each keyed by its member's seed)."""
+    return torch.tensor([seed_key(s) for s in seeds], dtype=torch.int64, device=device)
+
+
+def random_bits(seed: IntOrTensor, step: IntOrTensor, stream: int, idx: torch.Tensor) -> torch.Tensor:
     """32-bit random words (int64 tensor shaped like ``idx``) for ``(seed, step, stream, idx)``.
 
+    ``seed`` is a host seed (a Python int, keyed with :func:`seed_key`) or an int64 tensor of keys
+    already made by :func:`seed_keys`, broadcastable to ``idx`` (one key per element: element ``i``
+    draws exactly what a host seed with that key draws at index ``idx[i]``).
     ``step`` is a Python int or an int64 tensor broadcastable to ``idx`` (a device counter ``[1]``
     is the usual case; no host read). ``idx`` holds non-negative int64 indices below ``2**32``.
     """
-    h = seed_key(seed)
+    h = seed if isinstance(seed, torch.Tensor) else seed_key(seed)
     h = combine(h, step & MASK32)
     h = combine(h, (step >> 32) & MASK32)
     h = combine(h, _check_stream(stream))
     return combine(h, idx.to(torch.int64) & MASK32)
 
 
-def bits24(seed: int, step: IntOrTensor, stream: int, idx: torch.Tensor) -> torch.Tensor:
+def bits24(seed: IntOrTensor, step: IntOrTensor, stream: int, idx: torch.Tensor) -> torch.Tensor:
     """Top 24 bits of :func:`random_bits` (int64 tensor in ``[0, 2**24)``)."""
     return random_bits(seed, step, stream, idx) >> 8
 
 
-def uniform24(seed: int, step: IntOrTensor, stream: int, idx: torch.Tensor) -> torch.Tensor:
+def uniform24(seed: IntOrTensor, step: IntOrTensor, stream: int, idx: torch.Tensor) -> torch.Tensor:
     """Uniform float32 in ``[0, 1)`` with 24 random bits, identical to ``zs_uniform24`` in CUDA."""
     return bits24(seed, step, stream, idx).to(torch.float32) * (2.0**-24)
 

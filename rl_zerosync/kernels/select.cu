@@ -1,6 +1,8 @@
-// Action selection: epsilon-greedy over one Q matrix, and per-branch epsilon-greedy for the
-// branching head. One thread per env; launched with grid=grid_for(rows), block=ELEMENTWISE_BLOCK
-// (launch.py). Twins: reference.epsilon_greedy / reference.branching_select.
+// Action selection: epsilon-greedy over one Q matrix, epsilon-greedy over the rows of P population
+// members (each with its own epsilon and seed), and per-branch epsilon-greedy for the branching
+// head. One thread per env; launched with grid=grid_for(rows), block=ELEMENTWISE_BLOCK
+// (launch.py). Twins: reference.epsilon_greedy / reference.epsilon_greedy_members /
+// reference.branching_select.
 // Greedy: the first NaN of a row wins if there is one, else the first maximum (ties -> lowest).
 // Random draws (rng.cuh): explore if uniform24(coin stream) < epsilon; random action
 // (bits24(action stream) * n) >> 24. epsilon-greedy uses streams ZS_STREAM_EXPLORE (coin) and
@@ -43,6 +45,27 @@ extern "C" __global__ void zs_epsilon_greedy(const float* __restrict__ q, long l
     const unsigned int action_key = zs_stream_key(seed_key, s, ZS_STREAM_RANDOM_ACTION);
     actions[i] = (long long)zs_select(q + i * (long long)cols, cols, epsilon[0], coin_key,
                                       action_key, (unsigned int)i);
+}
+
+// Rows [m * rows_per_member, (m + 1) * rows_per_member) belong to member m and draw what
+// zs_epsilon_greedy draws for member m's rows alone: member m's epsilon and seed key, and the row's
+// index within the member (not within the batch) as the element index of the random draws.
+extern "C" __global__ void zs_epsilon_greedy_members(const float* __restrict__ q, long long rows,
+                                                     int cols, const float* __restrict__ epsilon,
+                                                     const long long* __restrict__ step,
+                                                     const long long* __restrict__ seed_keys,
+                                                     long long rows_per_member,
+                                                     long long* __restrict__ actions) {
+    const long long i = zs_thread_index();
+    if (i >= rows) return;
+    const long long m = i / rows_per_member;
+    const long long j = i - m * rows_per_member;
+    const long long s = step[0];
+    const unsigned int seed_key = (unsigned int)seed_keys[m];
+    const unsigned int coin_key = zs_stream_key(seed_key, s, ZS_STREAM_EXPLORE);
+    const unsigned int action_key = zs_stream_key(seed_key, s, ZS_STREAM_RANDOM_ACTION);
+    actions[i] = (long long)zs_select(q + i * (long long)cols, cols, epsilon[m], coin_key,
+                                      action_key, (unsigned int)j);
 }
 
 extern "C" __global__ void zs_branching_select(const float* __restrict__ q_exposure,

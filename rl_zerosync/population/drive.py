@@ -46,6 +46,7 @@ def train_population(settings: Settings, overwrite: bool = False) -> dict:
         with contextlib.ExitStack() as stack:
             population = Population(settings, pop, members, stack)
             print(population.update_line, flush=True)
+            print(population.rollout_line, flush=True)
             return _run(population)
 
 

@@ -16,8 +16,9 @@ A member here is one RLlib algorithm (its own learner and env runner); the membe
 process, the device, the validation data and Ray, and one learner update
 (:class:`~rl_zerosync.learner.population_update.PopulationUpdate`: their learners' state stacked
 with a member dimension, ``population.update`` batched or per member, one readback of all members'
-metrics per iteration). Each member's env runner still samples its own rollout (a runner with a
-member dimension is a later step, see ``docs/population.md``).
+metrics per iteration). The members' envs are stepped as one batch of P x N envs in one rollout
+(:class:`~rl_zerosync.env_runner.population_rollout.PopulationRollout`, ``population.rollout``
+together); each member's env runner keeps its own counts, metrics and weights.
 """
 from __future__ import annotations
 
@@ -56,6 +57,7 @@ class Population:
         self.metric = settings.run.eval_metric
         self.loops = _build(members, pop, stack)
         self.update, why = _population_update(self.loops, pop.update)
+        self.rollout, why_rollout = _population_rollout(self.loops, pop.rollout, self.update)
         self._readback = None  # (the rollouts it reads, PopulationReadback)
         self.timing: dict = {**{key: 0.0 for key in TIMING_KEYS}, "iteration_train_s": []}
         """Wall seconds of this process's population iterations by part, summed (``population.json``'s
@@ -63,6 +65,11 @@ class Population:
         self.update_line = (f"learner update: {self.update.mode}, one population update for {len(self.loops)} "
                             f"member(s)" if self.update is not None else f"learner update: each member alone ({why})")
         """One line: how the members' learner updates run."""
+        self.rollout_line = (f"rollouts: together, {len(self.loops)} member(s) x "
+                             f"{self.rollout.num_envs} envs as one batch"
+                             f"{' (batched Q forward)' if self.rollout.batched else ''}"
+                             if self.rollout is not None else f"rollouts: each member's runner alone ({why_rollout})")
+        """One line: how the members' rollouts run."""
         self.pbt = Pbt(pop, self.metric) if pop.pbt_every else None
         self.passes = 0
         self._t0 = time.perf_counter()
@@ -123,6 +130,8 @@ class Population:
         rollouts = [loop.algo.launch_for_population() for loop in active]
         if not rollouts or any(ro is None for ro in rollouts):
             return {}
+        if self.rollout is not None:
+            self.rollout.launch()  # the members' requests, as one rollout of all their envs
         key = tuple(id(ro) for ro in rollouts)
         if self._readback is None or self._readback[0] != key:
             self._readback = (key, PopulationReadback(rollouts))
@@ -236,6 +245,28 @@ def _population_update(loops: list[TrainLoop], mode: str):
         if loop.settings.runner.typed.overlap:
             return None, f"member {k} has runner.overlap on"
     return PopulationUpdate([loop.algo.local_learner for loop in loops], mode=mode), None
+
+
+def _population_rollout(loops: list[TrainLoop], mode: str, update):
+    """``(PopulationRollout, None)`` stepping every member's envs as one batch, or ``(None, why not)``:
+    ``population.rollout`` together, the population's learner update (same-process runners), and
+    members' rollouts that can be one batch (the trading env, routed or flat actions, one shape). Its Q
+    forward is batched when the update is."""
+    from rl_zerosync.env_runner.population_rollout import PopulationRollout, together_blocker
+    from rl_zerosync.learner.stacked_q import StackedQ
+
+    if mode != "together":
+        return None, f"population.rollout {mode}"
+    if update is None:
+        return None, "the members' learner updates run alone"
+    rollouts = [getattr(loop.algo.env_runner, "rollout", None) for loop in loops]
+    if any(ro is None for ro in rollouts):
+        return None, "a member has no device rollout in this process"
+    why = together_blocker(rollouts)
+    if why is not None:
+        return None, why
+    stacked = StackedQ([ro.module for ro in rollouts]) if update.mode == "batched" else None
+    return PopulationRollout(rollouts, stacked=stacked), None
 
 
 def _build(members: list[Settings], pop: PopulationSettings, stack: contextlib.ExitStack) -> list[TrainLoop]:

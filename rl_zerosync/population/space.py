@@ -15,6 +15,7 @@ search space of the points, written in Ray Tune's syntax and resolved by Tune::
       pbt_quantile: 0.25
       shards: 1
       update: auto                             # batched | per_member | auto (learner/population_update.py)
+      rollout: together                        # together | apart (env_runner/population_rollout.py)
 
 Each value of ``search`` is one of :data:`DISTRIBUTIONS` (``{name: args}``, made into the Tune object
 of that name: ``tune.grid_search``, ``tune.choice``, ``tune.uniform``, ...) or a plain value (fixed).
@@ -63,8 +64,10 @@ DISTRIBUTIONS = {"grid_search": tune.grid_search, "choice": tune.choice, "unifor
 """The distribution names of ``search`` -> the Tune function that builds each."""
 _BOUNDS = {"uniform": 2, "loguniform": 2, "quniform": 3, "qloguniform": 3, "randint": 2}
 """Arguments of the ranged distributions: ``[lo, hi]`` or ``[lo, hi, q]``."""
+ROLLOUT_MODES = ("together", "apart")
+"""``population.rollout``: the members' envs as one batch, or each member's runner alone."""
 _FIELDS = ("seeds", "num_samples", "search", "search_seed", "ensemble_top_k", "pbt_every", "pbt_quantile",
-           "shards", "update")
+           "shards", "update", "rollout")
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,10 @@ class PopulationSettings:
     """How the members' learner updates run (``learner/population_update.py``): ``batched`` (one update of
     all members, batched GEMMs), ``per_member`` (each member's own update: bit for bit its single run) or
     ``auto`` (``batched`` on CUDA from ``BATCHED_FROM`` members where it can run, else ``per_member``)."""
+    rollout: str = "together"
+    """How the members' rollouts run (``env_runner/population_rollout.py``): ``together`` (every member's
+    envs stepped as one batch of P x N envs, one rollout; its Q forward batched when the update is) or
+    ``apart`` (each member's runner steps its own envs, the rollouts launched back to back)."""
     points: list[dict[str, Any]] = field(default_factory=list)
     """The resolved points, each a dict dotted key -> concrete value, in Tune's order."""
     members: list[Member] = field(default_factory=list)
@@ -266,6 +273,9 @@ def parse_population(raw: dict | None, source: str) -> PopulationSettings | None
     update = raw.get("update", "auto")
     if update not in UPDATE_MODES:
         raise _fail(source, "update", f"expected one of {', '.join(UPDATE_MODES)}, got {update!r}")
+    rollout = raw.get("rollout", "together")
+    if rollout not in ROLLOUT_MODES:
+        raise _fail(source, "rollout", f"expected one of {', '.join(ROLLOUT_MODES)}, got {rollout!r}")
     points = _resolve(space, num_samples, search_seed, source)
     members = [Member(index=p * len(seeds) + i, seed=seed, point=p, overrides=point)
                for p, point in enumerate(points) for i, seed in enumerate(seeds)]
@@ -273,7 +283,8 @@ def parse_population(raw: dict | None, source: str) -> PopulationSettings | None
         seeds=seeds, num_samples=num_samples, search=dict(search), search_seed=search_seed,
         ensemble_top_k=_int_field(raw, "ensemble_top_k", 0, 0, size, source),
         pbt_every=_int_field(raw, "pbt_every", 0, 0, None, source), pbt_quantile=float(number),
-        shards=_int_field(raw, "shards", 1, 1, size, source), update=update, points=points, members=members)
+        shards=_int_field(raw, "shards", 1, 1, size, source), update=update, rollout=rollout,
+        points=points, members=members)
 
 
 def _text(value: Any) -> str:
