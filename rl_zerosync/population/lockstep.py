@@ -181,8 +181,17 @@ class Population:
             loop.save()
 
     def evaluate_members(self) -> list[str]:
-        """Every member's end-of-run evaluation (the test segment, read once); their summary lines."""
-        return [f"member{k}: {loop.evaluate()['summary_line']}" for k, loop in zip(self.indices, self.loops)]
+        """Every member's end-of-run evaluation (the test segment, read once); their summary lines. With
+        ``population.eval_processes`` above 1 the evaluations run in that many spawned processes at once
+        (each member's ``evaluate_checkpoint`` of its own run directory: the same files)."""
+        from rl_zerosync.population.space import eval_processes
+
+        procs = eval_processes(self.pop.eval_processes, len(self.loops))
+        if procs <= 1:
+            reports = [loop.evaluate() for loop in self.loops]
+        else:
+            reports = _evaluate_apart(self.loops, procs)
+        return [f"member{k}: {r['summary_line']}" for k, r in zip(self.indices, reports)]
 
     def rows(self, lineage: dict[int, list]) -> list[dict]:
         """``population.json``'s row of every member here."""
@@ -245,6 +254,29 @@ def _population_update(loops: list[TrainLoop], mode: str):
         if loop.settings.runner.typed.overlap:
             return None, f"member {k} has runner.overlap on"
     return PopulationUpdate([loop.algo.local_learner for loop in loops], mode=mode), None
+
+
+def _evaluate_apart(loops: list[TrainLoop], procs: int) -> list[dict]:
+    """Every member's end-of-run evaluation, ``procs`` spawned processes at once; the reports by member."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from rl_zerosync.rundir.run_dir import EVALUATION_DIR, EVALUATION_NAMES
+
+    for loop in loops:
+        loop.run_dir.record(*EVALUATION_NAMES)
+    jobs = [(str(loop.run_dir.path), str(loop.run_dir.path / EVALUATION_DIR), loop.settings.run.eval_checkpoint)
+            for loop in loops]
+    with ProcessPoolExecutor(procs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(_evaluate_one, jobs))
+
+
+def _evaluate_one(job: tuple[str, str, str]) -> dict:
+    """One member's ``evaluate_checkpoint`` in an evaluation process (:func:`_evaluate_apart`)."""
+    from rl_zerosync.evaluation.evaluate import evaluate_checkpoint
+
+    path, out_dir, which = job
+    return evaluate_checkpoint(path, out_dir=out_dir, which=which)
 
 
 def _population_rollout(loops: list[TrainLoop], mode: str, update):

@@ -16,6 +16,7 @@ search space of the points, written in Ray Tune's syntax and resolved by Tune::
       shards: 1
       update: auto                             # batched | per_member | auto (learner/population_update.py)
       rollout: together                        # together | apart (env_runner/population_rollout.py)
+      eval_processes: auto                     # the members' end-of-run evaluations: N processes at once
 
 Each value of ``search`` is one of :data:`DISTRIBUTIONS` (``{name: args}``, made into the Tune object
 of that name: ``tune.grid_search``, ``tune.choice``, ``tune.uniform``, ...) or a plain value (fixed).
@@ -67,7 +68,7 @@ _BOUNDS = {"uniform": 2, "loguniform": 2, "quniform": 3, "qloguniform": 3, "rand
 ROLLOUT_MODES = ("together", "apart")
 """``population.rollout``: the members' envs as one batch, or each member's runner alone."""
 _FIELDS = ("seeds", "num_samples", "search", "search_seed", "ensemble_top_k", "pbt_every", "pbt_quantile",
-           "shards", "update", "rollout")
+           "shards", "update", "rollout", "eval_processes")
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,10 @@ class PopulationSettings:
     """How the members' rollouts run (``env_runner/population_rollout.py``): ``together`` (every member's
     envs stepped as one batch of P x N envs, one rollout; its Q forward batched when the update is) or
     ``apart`` (each member's runner steps its own envs, the rollouts launched back to back)."""
+    eval_processes: int | str = "auto"
+    """How many processes run the members' end-of-run evaluations at once (each member's
+    ``evaluate_checkpoint``, the same files either way): 1 = in this process, one after another;
+    ``auto`` = :func:`eval_processes` (several only beside a GPU with CPU cores to spare)."""
     points: list[dict[str, Any]] = field(default_factory=list)
     """The resolved points, each a dict dotted key -> concrete value, in Tune's order."""
     members: list[Member] = field(default_factory=list)
@@ -276,6 +281,9 @@ def parse_population(raw: dict | None, source: str) -> PopulationSettings | None
     rollout = raw.get("rollout", "together")
     if rollout not in ROLLOUT_MODES:
         raise _fail(source, "rollout", f"expected one of {', '.join(ROLLOUT_MODES)}, got {rollout!r}")
+    eval_procs = raw.get("eval_processes", "auto")
+    if eval_procs != "auto" and (not _is_int(eval_procs) or eval_procs < 1):
+        raise _fail(source, "eval_processes", f"expected 'auto' or an int >= 1, got {eval_procs!r}")
     points = _resolve(space, num_samples, search_seed, source)
     members = [Member(index=p * len(seeds) + i, seed=seed, point=p, overrides=point)
                for p, point in enumerate(points) for i, seed in enumerate(seeds)]
@@ -284,7 +292,7 @@ def parse_population(raw: dict | None, source: str) -> PopulationSettings | None
         ensemble_top_k=_int_field(raw, "ensemble_top_k", 0, 0, size, source),
         pbt_every=_int_field(raw, "pbt_every", 0, 0, None, source), pbt_quantile=float(number),
         shards=_int_field(raw, "shards", 1, 1, size, source), update=update, rollout=rollout,
-        points=points, members=members)
+        eval_processes=eval_procs, points=points, members=members)
 
 
 def _text(value: Any) -> str:
@@ -329,3 +337,19 @@ def describe(pop: PopulationSettings) -> str:
         parts.append(f"pbt every {pop.pbt_every} validations (quantile {pop.pbt_quantile:g})")
     parts.append(f"shards {pop.shards}")
     return " | ".join(parts)
+
+
+def eval_processes(setting: int | str, members: int) -> int:
+    """The processes of the members' end-of-run evaluations: ``setting`` when an int (at most
+    ``members``); ``auto``: with CUDA and at least 8 CPU cores, min(8, cores / 2, members) (the
+    evaluations are mostly host work: walks' launches, the bootstrap, the plots), else 1."""
+    import os
+
+    import torch
+
+    if setting != "auto":
+        return max(1, min(int(setting), members))
+    cores = os.cpu_count() or 1
+    if not torch.cuda.is_available() or cores < 8:
+        return 1
+    return max(1, min(8, cores // 2, members))
