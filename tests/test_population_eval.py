@@ -65,4 +65,4 @@ def test_eval_processes_is_checked():
         with pytest.raises(SettingsError, match="population.eval_processes"):
             parse_population(settings.population, settings.source)
     assert eval_processes(4, 2) == 2 and eval_processes(1, 64) == 1
-    assert eval_processes("auto", 64) >= 1
+    assert eval_processes("auto", 64) == 1

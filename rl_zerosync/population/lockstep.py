@@ -23,6 +23,7 @@ together); each member's env runner keeps its own counts, metrics and weights.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 
 from rl_zerosync.config.settings import Settings, to_rllib_config
@@ -267,8 +268,16 @@ def _evaluate_apart(loops: list[TrainLoop], procs: int) -> list[dict]:
         loop.run_dir.record(*EVALUATION_NAMES)
     jobs = [(str(loop.run_dir.path), str(loop.run_dir.path / EVALUATION_DIR), loop.settings.run.eval_checkpoint)
             for loop in loops]
-    with ProcessPoolExecutor(procs, mp_context=multiprocessing.get_context("spawn")) as pool:
+    threads = max(1, (os.cpu_count() or 1) // procs)  # the cores shared out: no oversubscribed thread pools
+    with ProcessPoolExecutor(procs, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_threads,
+                             initargs=(threads,)) as pool:
         return list(pool.map(_evaluate_one, jobs))
+
+
+def _worker_threads(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
 
 
 def _evaluate_one(job: tuple[str, str, str]) -> dict:

@@ -16,7 +16,7 @@ search space of the points, written in Ray Tune's syntax and resolved by Tune::
       shards: 1
       update: auto                             # batched | per_member | auto (learner/population_update.py)
       rollout: together                        # together | apart (env_runner/population_rollout.py)
-      eval_processes: auto                     # the members' end-of-run evaluations: N processes at once
+      eval_processes: auto                     # the members' end-of-run evaluations: N processes at once (auto: 1)
 
 Each value of ``search`` is one of :data:`DISTRIBUTIONS` (``{name: args}``, made into the Tune object
 of that name: ``tune.grid_search``, ``tune.choice``, ``tune.uniform``, ...) or a plain value (fixed).
@@ -116,7 +116,7 @@ class PopulationSettings:
     eval_processes: int | str = "auto"
     """How many processes run the members' end-of-run evaluations at once (each member's
     ``evaluate_checkpoint``, the same files either way): 1 = in this process, one after another;
-    ``auto`` = :func:`eval_processes` (several only beside a GPU with CPU cores to spare)."""
+    ``auto`` = 1 (:func:`eval_processes`)."""
     points: list[dict[str, Any]] = field(default_factory=list)
     """The resolved points, each a dict dotted key -> concrete value, in Tune's order."""
     members: list[Member] = field(default_factory=list)
@@ -341,15 +341,8 @@ def describe(pop: PopulationSettings) -> str:
 
 def eval_processes(setting: int | str, members: int) -> int:
     """The processes of the members' end-of-run evaluations: ``setting`` when an int (at most
-    ``members``); ``auto``: with CUDA and at least 8 CPU cores, min(8, cores / 2, members) (the
-    evaluations are mostly host work: walks' launches, the bootstrap, the plots), else 1."""
-    import os
-
-    import torch
-
+    ``members``); ``auto``: 1 (in the population's process). Several processes are an explicit choice:
+    their speed beside a GPU is not measured yet (docs/population.md)."""
     if setting != "auto":
         return max(1, min(int(setting), members))
-    cores = os.cpu_count() or 1
-    if not torch.cuda.is_available() or cores < 8:
-        return 1
-    return max(1, min(8, cores // 2, members))
+    return 1

@@ -33,6 +33,9 @@ from rl_zerosync.rundir.checkpoints import (
 )
 from rl_zerosync.rundir.lock import LOCK_FILE, RunDirError, RunLock
 
+TB_QUEUE = 1000
+"""Events the TensorBoard writer holds before ``add_scalar`` waits for its writer thread."""
+
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
 EVALUATION_DIR = "evaluation"
@@ -313,7 +316,10 @@ class RunDir:
         # previous session's start must not overwrite its file, and TensorBoard reads them in order.
         session = len(list(tb_dir.glob("events.out.tfevents.*"))) if tb_dir.is_dir() else 0
         purge_step = self._resumed_at + 1 if self._resumed_at is not None else None
-        self._tb = SummaryWriter(str(tb_dir), purge_step=purge_step, filename_suffix=f".{session:04d}")
+        # A deep queue: tensorboardX's default of 10 pending events makes every add_scalar of a row wait
+        # for its writer thread (8.2 against 5.3 ms per row of 106 scalars on a CPU); close() drains it.
+        self._tb = SummaryWriter(str(tb_dir), purge_step=purge_step, filename_suffix=f".{session:04d}",
+                                 max_queue=TB_QUEUE)
 
     def log(self, result: dict) -> None:
         """One iteration's row: RLlib's result dict (less ``config`` and ``evaluation``) flattened to
