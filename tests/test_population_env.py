@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rl_zerosync.data.fresh import FreshSeries
 from rl_zerosync.envs.batched import BatchedTradingEnv
+from rl_zerosync.envs.params import EnvParams
 from rl_zerosync.envs.population_env import PopulationTradingEnv
 
 DATA = {"source": "synthetic", "num_assets": 3, "num_bars": 700, "seed": 4, "regenerate_every": 2,
@@ -15,8 +17,15 @@ ENV = {"episode_len": 24, "window": 8, "stagger_start": True, "fill_mode": "stoc
 
 
 def _envs(seeds, num_envs=6, env=ENV, data=DATA):
-    cfg = {"data": data, "env": env}
-    return [BatchedTradingEnv.from_env_config(cfg, num_envs, "cpu", seed) for seed in seeds]
+    """The trading envs a runner of each seed builds (``from_env_config``'s data and parameters), their
+    fresh series generated in this process (no prefetch process: the same series, faster here)."""
+    params = EnvParams.from_dict(env)
+    out = []
+    for seed in seeds:
+        fresh = FreshSeries(data, seed, 0, prefetch=False)
+        out.append(BatchedTradingEnv(fresh.first(), params, num_envs, "cpu", seed=seed,
+                                     stagger=params.stagger_start, fresh=fresh))
+    return out
 
 
 def _close(envs):
