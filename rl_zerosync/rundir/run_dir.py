@@ -316,8 +316,8 @@ class RunDir:
         # previous session's start must not overwrite its file, and TensorBoard reads them in order.
         session = len(list(tb_dir.glob("events.out.tfevents.*"))) if tb_dir.is_dir() else 0
         purge_step = self._resumed_at + 1 if self._resumed_at is not None else None
-        # A deep queue: tensorboardX's default of 10 pending events makes every add_scalar of a row wait
-        # for its writer thread (8.2 against 5.3 ms per row of 106 scalars on a CPU); close() drains it.
+        # A deep queue: with tensorboardX's default of 10 pending events every add_scalar of a row waits
+        # for its writer thread (a row of 106 scalars took a third longer on a CPU); close() drains it.
         self._tb = SummaryWriter(str(tb_dir), purge_step=purge_step, filename_suffix=f".{session:04d}",
                                  max_queue=TB_QUEUE)
 
