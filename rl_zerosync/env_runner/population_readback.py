@@ -5,7 +5,9 @@ Each member's :class:`~rl_zerosync.env_runner.gpu_env_runner.GPUEnvRunner` launc
 rollout's leading part (actions, rewards, flags, episode and env metrics) into one device staging
 buffer, reads it to pinned host memory with one non-blocking copy and one event wait, and hands each
 member its row (``finish_device_sample(host_leading=row)``). P rollouts, one host wait: the device
-runs them back to back instead of stopping for a read after each.
+runs them back to back instead of stopping for a read after each. With the members' envs stepped
+together (:class:`~rl_zerosync.env_runner.population_rollout.PopulationRollout`) the rollouts'
+leading parts are the members' rows of its one buffer, and the device runs one rollout for all.
 """
 from __future__ import annotations
 
