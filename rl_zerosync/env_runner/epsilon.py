@@ -77,6 +77,15 @@ def rllib_schedule(schedule: EpsilonSchedule) -> Union[float, list]:
     return schedule[0][1] if len(schedule) == 1 else list(schedule)
 
 
+def _ramps(schedule: EpsilonSchedule) -> tuple[float, list, list, list]:
+    """``(v0, t_left, inv_len, dv)`` of the module doc's sum of clamped ramps: one ramp per segment;
+    a single breakpoint gives zero ramps (a constant)."""
+    steps = [float(t) for t, _ in schedule]
+    values = [v for _, v in schedule]
+    return (values[0], steps[:-1], [1.0 / (b - a) for a, b in zip(steps[:-1], steps[1:])],
+            [b - a for a, b in zip(values[:-1], values[1:])])
+
+
 class DeviceEpsilonSchedule:
     """Evaluates an epsilon schedule into a caller-owned f32[1] device scalar."""
 
@@ -87,14 +96,12 @@ class DeviceEpsilonSchedule:
     ) -> None:
         self.schedule: EpsilonSchedule = normalize_epsilon_schedule(schedule)
         self.device = torch.device(device)
-        steps = [float(t) for t, _ in self.schedule]
-        values = [v for _, v in self.schedule]
+        v0, t_left, inv_len, dv = _ramps(self.schedule)
         f64 = dict(dtype=torch.float64, device=self.device)
-        self._v0 = torch.tensor([values[0]], **f64)
-        # One ramp per segment; a single breakpoint gives zero ramps (a constant).
-        self._t_left = torch.tensor(steps[:-1], **f64)
-        self._inv_len = torch.tensor([1.0 / (b - a) for a, b in zip(steps[:-1], steps[1:])], **f64)
-        self._dv = torch.tensor([b - a for a, b in zip(values[:-1], values[1:])], **f64)
+        self._v0 = torch.tensor([v0], **f64)
+        self._t_left = torch.tensor(t_left, **f64)
+        self._inv_len = torch.tensor(inv_len, **f64)
+        self._dv = torch.tensor(dv, **f64)
 
     def evaluate(self, env_steps: torch.Tensor, out: torch.Tensor) -> None:
         """Writes ``eps(env_steps)`` into ``out`` (f32[1]); ``env_steps`` is an i64[1] device count."""
@@ -114,20 +121,17 @@ class MemberEpsilonSchedules:
     """The epsilon schedules of P population members evaluated at once into an f32[P] device vector:
     each member's ramps padded to the longest schedule with zero-height ramps (which add exactly 0)."""
 
-    def __init__(self, schedules: Sequence[DeviceEpsilonSchedule], device: Union[str, torch.device]) -> None:
+    def __init__(self, schedules: Sequence[EpsilonSchedule], device: Union[str, torch.device]) -> None:
         self.device = torch.device(device)
-        width = max(1, max(s._dv.numel() for s in schedules))
+        ramps = [_ramps(normalize_epsilon_schedule(s)) for s in schedules]
+        width = max(1, max(len(r[3]) for r in ramps))
         f64 = dict(dtype=torch.float64, device=self.device)
 
-        def pad(get, fill: float) -> torch.Tensor:
-            rows = [torch.cat((get(s).to(self.device), torch.full((width - get(s).numel(),), fill, **f64)))
-                    for s in schedules]
-            return torch.stack(rows)
+        def padded(i: int) -> torch.Tensor:
+            return torch.tensor([r[i] + [0.0] * (width - len(r[i])) for r in ramps], **f64)
 
-        self._v0 = torch.cat([s._v0.to(self.device) for s in schedules])
-        self._t_left = pad(lambda s: s._t_left, 0.0)
-        self._inv_len = pad(lambda s: s._inv_len, 0.0)
-        self._dv = pad(lambda s: s._dv, 0.0)
+        self._v0 = torch.tensor([r[0] for r in ramps], **f64)
+        self._t_left, self._inv_len, self._dv = padded(1), padded(2), padded(3)
 
     def evaluate(self, env_steps: torch.Tensor, out: torch.Tensor) -> None:
         """Writes every member's ``eps(env_steps)`` into ``out`` (f32[P]); ``env_steps`` is an i64[1] count."""

@@ -11,9 +11,9 @@ steps all their envs together (:class:`~rl_zerosync.envs.population_env.Populati
 * one env step, one epsilon evaluation (each member its own schedule), one action selection and
   one routing launch per time step for all ``P x N`` envs; each member keeps its own epsilon
   schedule, action seed and RNG streams, its Q network and its episode statistics;
-* the Q forward of every member: each member's own module on its rows (``batched=False``: with
+* the Q forward of every member: each member's own module on its rows (no ``stacked``: with
   the per-member selection kernel it is bit for bit the member's own rollout), or one batched
-  forward of the members' weights stacked with a member dimension (``batched=True``, with
+  forward of the members' weights stacked with a member dimension (``stacked``, with
   ``epsilon_greedy_members``: the same actions up to float32 rounding of the Q values);
 * on CUDA the whole T-step rollout of the population is one CUDA graph replay, no host read.
 
@@ -73,7 +73,7 @@ class PopulationRollout:
         first = self.rollouts[0]
         self.size = p = len(self.rollouts)
         self.device, self.num_envs, self.num_steps = first.device, first.num_envs, first.num_steps
-        self.action_mode, self.batched = first.action_mode, stacked is not None
+        self.action_mode = first.action_mode
         self.kernels, self.route_kwargs = first.kernels, dict(first.route_kwargs)
         self.env_step_increment = first.env_step_increment
         self.env = PopulationTradingEnv([ro.env for ro in self.rollouts])
@@ -95,9 +95,8 @@ class PopulationRollout:
         self._eps_offset = torch.zeros(1, dtype=torch.float32, **dev)
         self.env_steps = torch.zeros(1, dtype=torch.int64, **dev)
         self.rng_step = torch.zeros(1, dtype=torch.int64, **dev)
-        self._seeds = [ro.seed for ro in self.rollouts]
-        self._keys = seed_keys(self._seeds, self.device)
-        self._schedules = MemberEpsilonSchedules([ro.schedule for ro in self.rollouts], self.device)
+        self._keys = seed_keys([ro.seed for ro in self.rollouts], self.device)
+        self._schedules = MemberEpsilonSchedules([ro.schedule.schedule for ro in self.rollouts], self.device)
         self._stacked = stacked
         self._requests: Dict[int, tuple] = {}
         self._index = {id(ro): k for k, ro in enumerate(self.rollouts)}
@@ -110,6 +109,11 @@ class PopulationRollout:
             start, end = first.packed.offsets[c.name], first.packed.ends[c.name]
             out[c.name] = self.flat[:, start:end].view(c.dtype).view(self.size, *c.shape)
         return out
+
+    @property
+    def batched(self) -> bool:
+        """One batched Q forward and ``epsilon_greedy_members`` (else each member's own)."""
+        return self._stacked is not None
 
     @property
     def graph_captured(self) -> bool:
@@ -144,25 +148,21 @@ class PopulationRollout:
         """Q forward and action selection of every member's envs for step ``t``."""
         v, k, n = self.views, self.kernels, self.num_envs
         obs_t = v["obs"][:, t]
-        if self.batched:
+        if self._stacked is not None:
             self._schedules.evaluate(self.env_steps, self._eps)
-        else:
-            for m, ro in enumerate(self.rollouts):
-                ro.schedule.evaluate(self.env_steps, self._eps[m:m + 1])
-        self._eps.mul_(self._eps_scale).add_(self._eps_offset)
-        v["epsilon"][:, t].copy_(self._eps)
-        with torch.inference_mode():
-            if self._stacked is not None:
+            self._eps.mul_(self._eps_scale).add_(self._eps_offset)
+            with torch.inference_mode():
                 self._q.view(self.size, n, -1).copy_(self._stacked.q_values(obs_t))
-            else:
-                for m, ro in enumerate(self.rollouts):
-                    self._q[m * n:(m + 1) * n].copy_(ro.module.q_values(obs_t[m]))
-        if self.batched:
             k.epsilon_greedy_members(self._q, self._eps, self.rng_step, self._keys, self._actions)
         else:
-            for m, seed in enumerate(self._seeds):
-                rows = slice(m * n, (m + 1) * n)
-                k.epsilon_greedy(self._q[rows], self._eps[m:m + 1], self.rng_step, self._actions[rows], seed=seed)
+            for m, ro in enumerate(self.rollouts):
+                rows, eps = slice(m * n, (m + 1) * n), self._eps[m:m + 1]
+                ro.schedule.evaluate(self.env_steps, eps)
+                eps.mul_(self._eps_scale).add_(self._eps_offset)
+                with torch.inference_mode():
+                    self._q[rows].copy_(ro.module.q_values(obs_t[m]))
+                k.epsilon_greedy(self._q[rows], eps, self.rng_step, self._actions[rows], seed=ro.seed)
+        v["epsilon"][:, t].copy_(self._eps)
         if self.action_mode == "routed":
             k.route(self._actions, *self.env.route_inputs(), self._factored, **self.route_kwargs)
         else:

@@ -229,12 +229,12 @@ class DeviceRollout:
     def run(self, *, env_steps: int, rng_step: int, mode: str, graph: bool) -> None:
         """Enqueues one rollout. ``env_steps``: global env steps so far (epsilon's t);
         ``rng_step``: action RNG counter; ``mode``: explore / greedy (eps 0) / random (eps 1)."""
-        scale, offset = EPSILON_MODES[mode]
-        self._eps_scale.fill_(scale)
-        self._eps_offset.fill_(offset)
         if self.population is not None:
             self.population.request(self, env_steps=env_steps, rng_step=rng_step, mode=mode, graph=graph)
             return
+        scale, offset = EPSILON_MODES[mode]
+        self._eps_scale.fill_(scale)
+        self._eps_offset.fill_(offset)
         self.env_steps.fill_(env_steps)
         self.rng_step.fill_(rng_step)
         run_graphed(self, self._rollout_body, graph=graph)

@@ -399,10 +399,8 @@ def _accumulate_groups(groups: int, vals: torch.Tensor, actions: torch.Tensor) -
     n = vals.shape[0] // groups
     sums = vals.view(groups, n, vals.shape[1]).sum(dim=1)
     steps = torch.full((groups, 1), float(n), dtype=torch.float64, device=vals.device)
-    member = torch.arange(groups, device=actions.device).repeat_interleave(n)
-    counts = torch.zeros(groups * NUM_ACTIONS, dtype=torch.float64, device=vals.device).index_add_(
-        0, member * NUM_ACTIONS + actions, torch.ones_like(actions, dtype=torch.float64)
-    ).view(groups, NUM_ACTIONS)
+    counts = torch.zeros(groups, NUM_ACTIONS, dtype=torch.float64, device=vals.device).scatter_add_(
+        1, actions.view(groups, n), torch.ones(groups, n, dtype=torch.float64, device=vals.device))
     return torch.cat((sums, steps, counts), dim=1)
 
 

@@ -28,7 +28,7 @@ from typing import Sequence
 import torch
 
 from rl_zerosync.envs.batched import BatchedTradingEnv
-from rl_zerosync.envs.core import EnvState, env_step, make_tables, observe, route_inputs
+from rl_zerosync.envs.core import EnvState, env_step, make_tables, route_inputs
 from rl_zerosync.envs.episode_stats import METRICS_SIZE
 from rl_zerosync.data.market import MarketData
 from rl_zerosync.envs.protocol import BatchedEnv
@@ -78,6 +78,9 @@ def _concat_data(members: Sequence[BatchedTradingEnv]) -> MarketData:
 class PopulationTradingEnv(BatchedEnv):
     """``P x N`` envs continuing the members' envs as one batch (see the module docstring).
 
+    Its fresh series are advanced by the members' own envs (``before_rollout``, into this batch's data
+    rows) and the members' runners close them; the protocol's defaults serve here.
+
     Args:
         members: Every member's trading env (same device, shapes and parameters but the seed), each
             at the same env counter. They are continued from their current state; afterwards their
@@ -96,8 +99,7 @@ class PopulationTradingEnv(BatchedEnv):
         if len(set(counters)) != 1:
             raise ValueError(f"PopulationTradingEnv: the members' env counters differ ({counters}); "
                              "members are batched from the same step only")
-        self.device, self.num_envs, self.size, self.member_envs = first.device, p * n, p, n
-        self.params = first.params
+        self.device, self.num_envs, self.size = first.device, p * n, p
         self.data = _concat_data(members)
         member = torch.arange(p, dtype=torch.int64, device=self.device).repeat_interleave(n)
         self.tables = replace(
@@ -109,7 +111,6 @@ class PopulationTradingEnv(BatchedEnv):
         self.final_obs = torch.cat([env.final_obs for env in members])
         self._update_route_inputs()
         self.observation_space, self.action_space = first.observation_space, first.action_space
-        self.routing = dict(first.routing)
 
     def _joined_state(self, assets_per_member: int) -> EnvState:
         parts = {}
@@ -125,10 +126,6 @@ class PopulationTradingEnv(BatchedEnv):
                 parts[f.name] = torch.cat(own)
         return EnvState(**parts)
 
-    @property
-    def observation_dim(self) -> int:
-        return self.params.observation_dim
-
     def reset(self, seed=None) -> torch.Tensor:
         raise NotImplementedError("PopulationTradingEnv continues its members' envs; reset the members' envs "
                                   "and batch them again")
@@ -140,18 +137,11 @@ class PopulationTradingEnv(BatchedEnv):
         self._update_route_inputs()
         return obs, reward, terminated, truncated, self.final_obs
 
-    def observe(self) -> torch.Tensor:
-        """The observation of every env's current bar (``[P x N, D]``)."""
-        return observe(self.data, self.tables, self.state)
-
     def _update_route_inputs(self) -> None:
         self.spread, self.median_spread, self.vol, self.median_vol = route_inputs(self.data, self.state)
 
     def route_inputs(self) -> tuple[torch.Tensor, ...]:
         return self.spread, self.median_spread, self.vol, self.median_vol
-
-    def route_thresholds(self) -> dict[str, float]:
-        return dict(self.routing)
 
     def metrics_vector(self) -> torch.Tensor:
         """f64[P, METRICS_SIZE]: row k member k's completed-episode sums and action counts."""
@@ -160,13 +150,3 @@ class PopulationTradingEnv(BatchedEnv):
     def reset_metrics(self) -> None:
         self.state = replace(self.state, acc=torch.zeros(self.size, METRICS_SIZE, dtype=torch.float64,
                                                          device=self.device))
-
-    def before_rollout(self, index: int) -> dict[str, float]:
-        """Nothing: each member's own env advances its fresh series (into this batch's data rows)."""
-        return {}
-
-    def close(self) -> None:
-        """The members' envs are closed by their runners."""
-
-    def summarize_metrics(self, values: list) -> dict[str, float]:
-        return self.members[0].summarize_metrics(values)
