@@ -69,6 +69,9 @@ class EvalResult:
     source when the data was read from files)."""
     periods_per_year: float = 252.0
     """Bars per year of the data (annualization)."""
+    oracle: dict[str, Any] = field(default_factory=dict)
+    """The oracle reference policy on the same bars (:func:`rl_zerosync.evaluation.oracle.oracle_baseline`:
+    synthetic data only, else absent with the reason); empty when not evaluated."""
 
     def summary(self) -> dict[str, Any]:
         """JSON-able summary: metrics, baselines and the action/routing mix (no curves)."""
@@ -81,6 +84,7 @@ class EvalResult:
             "rule_grid_sharpe": {k: v["sharpe"] for k, v in self.rule_grid.items()},
             "action_mix": dict(action_mix(self.action_counts.tolist())),  # host read: numpy counts
             "action_counts": [int(c) for c in self.action_counts],
+            **({"oracle": self.oracle} if self.oracle else {}),
         }
 
 
