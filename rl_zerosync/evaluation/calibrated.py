@@ -1,0 +1,289 @@
+"""Intervals calibrated on the market they are used on, and a deflated Sharpe over the right trials.
+
+**The statistic.** A report's Sharpe is the mean over series (assets, held-out series) of each
+series' annualized Sharpe, averaged over seeds when there are several; a difference (agent - rule)
+is the same mean of per-series differences, both sides on the same bars.
+
+**The resampling** (:func:`panel_interval`), by what the series are:
+
+* *Independent series* (the synthetic source: every held-out series is its own draw of the
+  generator, no shared calendar) with at least :data:`MIN_CLUSTERS` of them: a **cluster
+  bootstrap over whole series**. A series is the independent unit; its bars stay as they are, so
+  every dependence inside a series (trends of hundreds of bars, volatility clustering, the
+  strategy's positions) is kept whole. Seeds (the same trained models on every series) are drawn
+  with replacement as well, crossed with the series. Deviations from the estimate are scaled by
+  ``sqrt(m / (m - 1))`` (the bootstrap's variance of a mean of ``m`` units is ``(m - 1) / m`` of the
+  unbiased one).
+* *Series on one calendar* (file sources: assets over the same dates, walk-forward folds stitched
+  in time), or fewer than :data:`MIN_CLUSTERS` independent series: a **stationary block bootstrap
+  over bars**, one shared draw of bar indices for all series of one length (which keeps their
+  cross-correlation; independent series get draws of their own), seeds drawn with replacement.
+  The mean block length is the block rule :func:`block_rule`: the longest of the Politis-White
+  estimate on the returns, on their absolute values (volatility clustering) and the integrated
+  autocorrelation time of the strategy's position (how long a bet lasts), at most half the series.
+
+Intervals are percentile intervals of the replicated statistic; ``se`` is its standard deviation
+(the calibrated standard error the deflated Sharpe and the power check use). The coverage of the
+cluster bootstrap on the project's own generator is measured by ``benchmarks/coverage.py``
+(``benchmarks/results/coverage.json``).
+
+**The deflated Sharpe** (:func:`deflated_sharpe`, Bailey & Lopez de Prado 2014) is computed where
+the selection happened: on the selected trial's *validation* Sharpe, against the expected best of
+``N`` zero-skill trials whose spread is their estimation noise on validation (``V = se**2``, from the
+calibrated bootstrap), never a spread mixed across families of trials. ``N`` is the effective number of
+independent trials among the candidates compared (:func:`effective_trials`: the participation ratio
+of the eigenvalues of their validation returns' correlation matrix; successive checkpoints of one
+run are highly correlated and count as few).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from scipy import stats
+
+from rl_zerosync.evaluation.overfitting import EULER_MASCHERONI
+from rl_zerosync.evaluation.resample import (
+    chunks, cluster_counts, generator, stationary_counts, stats_device, weighted_sharpes)
+from rl_zerosync.evaluation.significance import MIN_BARS, check_level, check_periods_per_year, check_reps
+
+MIN_CLUSTERS = 8
+"""Fewest independent series resampled as whole clusters; fewer are resampled by bars."""
+LEVEL = 0.95
+"""Nominal coverage of every interval."""
+REPS = 2000
+"""Bootstrap replications of an interval."""
+POSITION_ACF_CUTOFF = 0.05
+"""The position's autocorrelation time sums lags until the autocorrelation first falls below this."""
+
+Panel = Sequence[Sequence[np.ndarray]]
+"""Per-bar net returns ``[seed][series]`` (one seed: ``[[series...]]``)."""
+
+
+# ------------------------------------------------------------------------------------ inputs
+def as_panel(x: Panel | Sequence[np.ndarray], name: str) -> list[list[np.ndarray]]:
+    """``x`` as ``[seed][series]`` float64 arrays (a flat list of series is one seed), checked: at
+    least one series of at least :data:`MIN_BARS` finite bars, every seed with the same series lengths."""
+    seq = list(x)
+    if not seq:
+        raise ValueError(f"{name}: expected per-series net returns (at least one series), got none")
+    if np.ndim(seq[0]) == 1 and not isinstance(seq[0][0], (list, tuple, np.ndarray)):
+        seq = [seq]  # one seed: a flat list of series
+    out = [[np.asarray(r, dtype=np.float64) for r in seed] for seed in seq]
+    lengths = [r.size for r in out[0]]
+    for s, seed in enumerate(out):
+        if [r.size for r in seed] != lengths:
+            raise ValueError(f"{name}[{s}]: expected the series lengths of seed 0 {lengths}, got "
+                             f"{[r.size for r in seed]}")
+        for i, r in enumerate(seed):
+            if r.ndim != 1 or r.size < MIN_BARS or not np.isfinite(r).all():
+                raise ValueError(f"{name}[{s}][{i}]: expected a 1-D array of at least {MIN_BARS} finite per-bar "
+                                 f"returns, got shape {r.shape}")
+    return out
+
+
+# -------------------------------------------------------------------------------------- block rule
+def position_time(position: np.ndarray) -> float:
+    """Integrated autocorrelation time ``1 + 2 sum_k rho_k`` of a position series, summed over lags
+    until ``rho_k`` first falls below :data:`POSITION_ACF_CUTOFF` (1 for a constant position)."""
+    x = np.asarray(position, dtype=np.float64)
+    x = x - x.mean()
+    n = x.size
+    denom = float(x @ x)
+    if n < 3 or denom <= 0:
+        return 1.0
+    size = 1 << int(2 * n - 1).bit_length()
+    spec = np.fft.rfft(x, n=size)
+    acf = np.fft.irfft(spec * np.conj(spec), n=size)[:n] / denom
+    below = np.flatnonzero(acf[1:] < POSITION_ACF_CUTOFF)
+    last = int(below[0]) if below.size else n - 1
+    return float(1.0 + 2.0 * acf[1: 1 + last].sum())
+
+
+def block_rule(columns: Sequence[np.ndarray], positions: Sequence[np.ndarray] | None = None) -> tuple[float, str]:
+    """The mean block length of a bar bootstrap of ``columns`` (equal lengths) and how it was chosen:
+    the longest of the Politis-White estimate (stationary) on the returns and on their absolute
+    values, and :func:`position_time` of each given position series; at least 1, at most half the bars."""
+    from arch.bootstrap import optimal_block_length
+
+    x = np.column_stack(columns)
+    x = x[:, x.std(axis=0) > 0]
+    parts = {}
+    if x.shape[1]:
+        parts["Politis-White on returns"] = float(np.max(optimal_block_length(x)["stationary"].to_numpy()))
+        parts["on |returns|"] = float(np.max(optimal_block_length(np.abs(x))["stationary"].to_numpy()))
+    if positions:
+        parts["position autocorrelation time"] = max(position_time(p) for p in positions)
+    finite = {k: v for k, v in parts.items() if math.isfinite(v)}
+    n = len(columns[0])
+    block = min(max([1.0, *finite.values()]), n / 2.0)
+    how = ", ".join(f"{k} {v:.1f}" for k, v in finite.items()) or "constant series"
+    return block, f"longest of ({how}), within [1, {n / 2.0:g}]"
+
+
+# ---------------------------------------------------------------------------------------- intervals
+def _per_cell_sharpes(panel: list[list[np.ndarray]], p: float, dev: torch.device) -> torch.Tensor:
+    """``[seeds, series]`` annualized Sharpes (``ddof=1``, 0 for a constant series)."""
+    out = np.zeros((len(panel), len(panel[0])))
+    for s, seed in enumerate(panel):
+        for i, r in enumerate(seed):
+            sd = r.std(ddof=1)
+            out[s, i] = r.mean() / sd * math.sqrt(p) if sd > 0 else 0.0
+    return torch.as_tensor(out, device=dev)
+
+
+def _seed_weights(seeds: int, reps: int, gen: torch.Generator) -> torch.Tensor:
+    if seeds == 1:
+        return torch.ones((reps, 1), dtype=torch.float64, device=gen.device)
+    return cluster_counts(seeds, reps, gen) / seeds
+
+
+def _cluster_replicates(d: torch.Tensor, reps: int, gen: torch.Generator) -> torch.Tensor:
+    """Crossed cluster bootstrap of the mean of ``d [seeds, series]``: series and seeds drawn with replacement."""
+    seeds, m = d.shape
+    ws = _seed_weights(seeds, reps, gen)
+    wm = cluster_counts(m, reps, gen) / m
+    return torch.einsum("rs,si,ri->r", ws, d, wm)
+
+
+def _bar_replicates(a: list[list[np.ndarray]], b: list[list[np.ndarray]] | None, p: float, reps: int,
+                    gen: torch.Generator, shared: bool, positions: Sequence[np.ndarray] | None) -> tuple[torch.Tensor, list]:
+    """Block bootstrap over bars: per replicate the ``[seeds, series]`` Sharpes (differences) with the
+    bars redrawn, one shared draw per group of series (``shared``: series of one length share it)."""
+    seeds, m = len(a), len(a[0])
+    dev = gen.device
+    if shared:
+        groups: dict[int, list[int]] = {}
+        for i, r in enumerate(a[0]):
+            groups.setdefault(r.size, []).append(i)
+        group_list = list(groups.values())
+    else:
+        group_list = [[i] for i in range(m)]
+    out = torch.empty((reps, seeds, m), dtype=torch.float64, device=dev)
+    blocks = []
+    for g in group_list:
+        cols = [a[s][i] for s in range(seeds) for i in g] + ([b[s][i] for s in range(seeds) for i in g] if b else [])
+        pos = [positions[i] for i in g] if positions is not None else None
+        block, how = block_rule(cols, pos)
+        blocks.append((block, how))
+        x = torch.as_tensor(np.column_stack(cols), dtype=torch.float64, device=dev)
+        n, k = x.shape[0], seeds * len(g)
+        done = 0
+        for size in chunks(reps, n):
+            sr = weighted_sharpes(stationary_counts(n, block, size, gen), x, p)
+            cell = sr[:, :k] - (sr[:, k:] if b else 0.0)
+            out[done: done + size][:, :, g] = cell.reshape(size, seeds, len(g))
+            done += size
+    return out, blocks
+
+
+def panel_interval(a: Panel | Sequence[np.ndarray], b: Panel | Sequence[np.ndarray] | None, periods_per_year: float,
+                   *, independent_series: bool, positions: Sequence[np.ndarray] | None = None,
+                   level: float = LEVEL, reps: int = REPS, seed: int = 0,
+                   device: torch.device | str | None = None) -> dict[str, Any]:
+    """The calibrated interval (module doc) of the mean over seeds and series of per-series Sharpes of
+    ``a`` or, given ``b`` (same shape, same bars), of ``a - b`` paired. ``independent_series``: the
+    series are independent draws (the synthetic source), else they share a calendar. ``positions``:
+    per series the strategy's position (for the block rule), when the resampling is by bars.
+
+    Returns ``estimate``, ``low``, ``high``, ``se``, ``level``, ``method``, ``design`` (``series
+    clusters`` or ``bar blocks``), ``block`` (None for clusters), ``bars``, ``assets`` (series), ``seeds``."""
+    pa = as_panel(a, "a")
+    pb = as_panel(b, "b") if b is not None else None
+    if pb is not None and (len(pb) != len(pa) or [r.size for r in pb[0]] != [r.size for r in pa[0]]):
+        raise ValueError(f"a, b: expected the same seeds and bars per series (paired), got {len(pa)} x "
+                         f"{[r.size for r in pa[0]]} and {len(pb)} x {[r.size for r in pb[0]]}")
+    p = check_periods_per_year(periods_per_year)
+    level, reps = check_level(level), check_reps(reps)
+    dev = stats_device(device)
+    gen = generator(seed, dev)
+    seeds, m = len(pa), len(pa[0])
+    d = _per_cell_sharpes(pa, p, dev) - (_per_cell_sharpes(pb, p, dev) if pb else 0.0)
+    estimate_t = d.mean()
+    clusters = independent_series and m >= MIN_CLUSTERS
+    if clusters:
+        reps_stat = _cluster_replicates(d, reps, gen)
+        reps_stat = estimate_t + (reps_stat - estimate_t) * math.sqrt(m / (m - 1))
+        block, design = None, "series clusters"
+        method = (f"cluster bootstrap over {m} independent series (whole series drawn with replacement, bars kept; "
+                  f"deviations x sqrt(m/(m-1))){f', seeds drawn with replacement ({seeds}, crossed)' if seeds > 1 else ''}"
+                  f", {reps} reps")
+    else:
+        cells, blocks = _bar_replicates(pa, pb, p, reps, gen, shared=not independent_series, positions=positions)
+        reps_stat = (cells * _seed_weights(seeds, reps, gen)[:, :, None]).sum(dim=1).mean(dim=1)
+        block, design = max(bl for bl, _ in blocks), "bar blocks"
+        why = ("series share a calendar: one shared bar draw per length" if not independent_series else
+               f"{m} independent series (fewer than {MIN_CLUSTERS}): bars drawn per series")
+        method = (f"stationary block bootstrap over bars ({why}), block {block:.1f} ({blocks[0][1]})"
+                  f"{f', seeds drawn with replacement ({seeds})' if seeds > 1 else ''}, {reps} reps")
+    method += (f"; statistic: mean over {m} series{f' and {seeds} seeds' if seeds > 1 else ''} of per-series Sharpe"
+               f"{' differences (paired, same bars)' if pb else ''}")
+    q = torch.tensor([(1.0 - level) / 2.0, (1.0 + level) / 2.0], dtype=torch.float64, device=dev)
+    host = torch.cat([estimate_t.reshape(1), torch.quantile(reps_stat, q), reps_stat.std().reshape(1)]).cpu().tolist()  # host read: the interval
+    estimate, low, high, se = (float(v) for v in host)
+    return {"estimate": estimate, "low": low, "high": high, "se": se, "level": level, "method": method,
+            "design": design, "block": block, "bars": int(sum(r.size for r in pa[0])), "assets": m, "seeds": seeds}
+
+
+# ------------------------------------------------------------------------------------ deflated Sharpe
+def expected_max_z(n_trials: float) -> float:
+    """Expected maximum of ``n_trials`` independent standard normals (Bailey & Lopez de Prado 2014's
+    approximation ``(1 - g) Phi^-1(1 - 1/N) + g Phi^-1(1 - 1/(N e))``, ``g`` Euler-Mascheroni); 0 for
+    one trial. ``n_trials`` may be fractional (an effective count)."""
+    n = float(n_trials)
+    if not (math.isfinite(n) and n >= 1.0):
+        raise ValueError(f"n_trials: expected a number >= 1 (effective trials), got {n_trials!r}")
+    if n <= 1.0:
+        return 0.0
+    z1 = stats.norm.ppf(1.0 - 1.0 / n)
+    z2 = stats.norm.ppf(1.0 - 1.0 / (n * math.e))
+    return float((1 - EULER_MASCHERONI) * z1 + EULER_MASCHERONI * z2)
+
+
+def effective_trials(returns: np.ndarray) -> tuple[float, str]:
+    """Effective number of independent trials among the columns of ``returns [bars, K]`` (each a
+    candidate's returns on the selection segment): ``K**2 / sum(C**2)`` over the correlation matrix
+    ``C`` of the non-constant columns (the participation ratio of its eigenvalues: ``K`` for
+    uncorrelated trials, 1 for identical ones); constant columns (a policy that stayed flat) count as
+    one trial together. Returns the count and how it was made."""
+    x = np.asarray(returns, dtype=np.float64)
+    if x.ndim != 2 or x.shape[1] < 1 or x.shape[0] < 3:
+        raise ValueError(f"returns: expected [bars >= 3, trials >= 1], got shape {x.shape}")
+    varying = x.std(axis=0) > 0
+    k, flat = int(varying.sum()), int((~varying).sum())
+    if k >= 2:
+        c = np.corrcoef(x[:, varying], rowvar=False)
+        n = float(k * k / np.sum(c * c))
+    else:
+        n = float(k)
+    n += 1.0 if flat else 0.0
+    how = (f"{x.shape[1]} candidates, effective {n:.1f} (participation ratio of their validation returns' "
+           f"correlation eigenvalues{f'; {flat} constant counted as one' if flat else ''})")
+    return max(n, 1.0), how
+
+
+def deflated_sharpe(sharpe: float, se: float, n_trials: float, *, se_trial: float | None = None) -> dict[str, Any]:
+    """Deflated Sharpe ratio ``Phi((SR - SR0) / se)`` of a selected ``sharpe`` (annualized, the
+    selection segment's) with calibrated standard error ``se``, ``SR0 = se_trial * E[max of N
+    standard normals]`` the expected best of ``n_trials`` zero-skill trials whose Sharpes scatter
+    with ``se_trial`` (default ``se``): ``V = se_trial**2``. Returns ``value``, ``expected_max``,
+    ``variance``, ``trials``."""
+    for name, v in (("sharpe", sharpe), ("se", se)):
+        if not math.isfinite(v):
+            raise ValueError(f"{name}: expected a finite number, got {v!r}")
+    if not se > 0:
+        raise ValueError(f"se: expected a standard error > 0, got {se!r}")
+    spread = se if se_trial is None else float(se_trial)
+    sr0 = spread * expected_max_z(n_trials)
+    value = float(stats.norm.cdf((sharpe - sr0) / se))
+    return {"value": value, "sharpe": float(sharpe), "expected_max": sr0, "variance": spread * spread,
+            "trials": float(n_trials), "se": float(se)}
+
+
+def psr_calibrated(sharpe: float, se: float, benchmark: float = 0.0) -> float | None:
+    """``P[true Sharpe > benchmark]`` from the calibrated standard error: ``Phi((SR - SR*) / se)``."""
+    if not (math.isfinite(sharpe) and math.isfinite(se)) or not se > 0:
+        return None
+    return float(stats.norm.cdf((sharpe - benchmark) / se))
