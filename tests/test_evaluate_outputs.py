@@ -90,6 +90,10 @@ def test_run_segments_write_dated_bars_portfolio_and_report(run, capsys):
     ret = report["summary"]["total_return"]
     assert f"equity return {100 * ret:+.2f}%" in line and "best rule:" in line
     assert report["summary"]["total_return_pct"] == pytest.approx(100 * ret)
+    # file data: no generator, so no oracle reference; said so in the report and the line
+    assert report["summary"]["oracle_sharpe"] is None and report["summary"]["efficiency"] is None
+    assert report["segments"]["test"]["oracle"]["available"] is False
+    assert "oracle (knows the generator): absent (no generator behind file data" in line
     # execution: settings (high/low, no opens in the file), spreads, the test sensitivity
     ex = report["execution"]
     assert ex["settings"]["execution_lag"] == 1 and ex["settings"]["market_orders"].startswith("next close")

@@ -62,6 +62,14 @@ def test_best_checkpoint_is_the_best_validation_and_is_evaluated(runs):
     assert set(s["rules"]) == {"flat", "buy_and_hold", "momentum", "mean_reversion"}
     assert s["agent_minus_best_rule"] == pytest.approx(s["sharpe"] - s["best_rule_sharpe"])
     assert "train_minus_test_sharpe" in s and "best rule:" in report["summary_line"]
+    # synthetic data: the oracle beside the rules, its variant chosen on validation and frozen for test
+    oracle = {seg: report["segments"][seg]["oracle"] for seg in ("validation", "test")}
+    assert oracle["validation"]["chosen_on"] == oracle["test"]["chosen_on"] == "validation"
+    assert oracle["test"]["variant"] == oracle["validation"]["variant"] == s["oracle_variant"]
+    assert s["oracle_sharpe"] == oracle["test"]["mean"]["sharpe"] and s["oracle_trials"] == 20
+    if s["oracle_sharpe"] > 0:
+        assert s["efficiency"] == pytest.approx(s["sharpe"] / s["oracle_sharpe"])
+    assert f"oracle (knows the generator) {s['oracle_sharpe']:+.2f}, efficiency " in report["summary_line"]
     assert (tmp / "a" / "evaluation" / "report.png").stat().st_size > 10_000
     last = json.loads((tmp / "a" / "checkpoint" / "run_state.json").read_text())
     assert last["iteration"] == 4 and last["best"] == state["best"]

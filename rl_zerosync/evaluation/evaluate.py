@@ -38,8 +38,11 @@ that is not an evaluation's is refused (:mod:`rl_zerosync.evaluation.eval_dir`).
   and routing mix, the cost sensitivity, and a costs line on top (fee, spread, execution lag).
 
 The summary line (test segment, or ``all`` for ``--data``) reports the Sharpe beside flat,
-buy-and-hold and the best rule, and the equity return in percent (mean over assets and, with
-several assets, of the equal-weight portfolio, each beside buy-and-hold).
+buy-and-hold and the best rule, the oracle reference "oracle (knows the generator)" with the agent's
+efficiency (agent Sharpe / oracle Sharpe; synthetic data only, :mod:`rl_zerosync.evaluation.oracle`,
+its variant chosen on validation like the rules'; ``segments.<name>.oracle`` and ``summary.oracle_*``
+/ ``summary.efficiency`` in ``metrics.json``), and the equity return in percent (mean over assets
+and, with several assets, of the equal-weight portfolio, each beside buy-and-hold).
 
 ``--data FILE`` takes the run's column mapping, asset column, spread, feature and spike-check
 settings and ``periods_per_year`` when the run trained on files (``auto`` or unset: inferred from
@@ -400,12 +403,15 @@ def _walk_segments(ev: _Evaluation, reports: dict) -> dict:
     """Walk every evaluated segment in order (the rules' variants chosen on the first, frozen for
     the next); returns segment -> result and fills ``reports`` (segment -> summary)."""
     from rl_zerosync.data import make_market
+    from rl_zerosync.evaluation.oracle import oracle_baseline
 
-    results, choice = {}, None
+    results, choice, oracle = {}, None, None
     for segment in ev.segments:
         market = ev.markets[segment] = make_market(ev.data_cfg, segment)
         res = ev.walk(market, rule_choice=choice)
         choice = res.rule_choice  # chosen on validation, frozen for test
+        res.oracle = oracle_baseline(ev.data_cfg, market, ev.params, ev.routing, device=ev.device, variant=oracle)
+        oracle = res.oracle.get("variant")  # likewise (absent on file data, with the reason)
         results[segment] = res
         reports[segment] = res.summary()
         reports[segment]["periods_per_year"] = float(market.periods_per_year)
@@ -456,6 +462,7 @@ def _summary(ev: _Evaluation, results: dict, report: dict, train) -> dict[str, A
     rule (the one with the highest Sharpe on the segment that chose the variants)."""
     from rl_zerosync.data.data_settings import regenerate_every
     from rl_zerosync.evaluation.backtest import best_rule
+    from rl_zerosync.evaluation.oracle import oracle_summary
 
     last = results[ev.segments[-1]]
     m = last.metrics["mean"]
@@ -486,6 +493,7 @@ def _summary(ev: _Evaluation, results: dict, report: dict, train) -> dict[str, A
         "periods_per_year": last.periods_per_year,
         "warnings": len(report["warnings"]),
     }
+    summary.update(oracle_summary(m["sharpe"], last.oracle))  # the bound of synthetic data: efficiency
     if train is not None:
         train_sharpe = train.metrics["mean"]["sharpe"]
         summary["train_sharpe"] = train_sharpe
@@ -498,6 +506,8 @@ def _summary(ev: _Evaluation, results: dict, report: dict, train) -> dict[str, A
 
 def _summary_line(ev: _Evaluation, last, report: dict, png: Path) -> str:
     """The one printed line (module doc), from the report's ``summary`` of segment ``last``."""
+    from rl_zerosync.evaluation.oracle import oracle_text
+
     s = report["summary"]
     port = report["segments"][last.segment]["portfolio"]
     it = ev.run_state.get("iteration")
@@ -514,7 +524,7 @@ def _summary_line(ev: _Evaluation, last, report: dict, png: Path) -> str:
     warnings = report["warnings"]
     return (
         f"{last.segment}: sharpe {s['sharpe']:+.2f} (flat +0.00, buy&hold {s['rules']['buy_and_hold']:+.2f}, "
-        f"best rule: {s['best_rule']} {s['best_rule_sharpe']:+.2f}) | {returns} | "
+        f"best rule: {s['best_rule']} {s['best_rule_sharpe']:+.2f}) | {oracle_text(s)} | {returns} | "
         f"max drawdown {100 * s['max_drawdown']:.2f}% | {which_txt} | report {png}"
         + (f" | {report['evidence']['short']}" if "short" in report.get("evidence", {}) else "")
         + (f" | {len(warnings)} warning(s): see stderr / metrics.json" if warnings else "")

@@ -213,7 +213,10 @@ def oracle_baseline(data_cfg: Mapping[str, Any] | None, market: MarketData, para
 
     if DataSettings.from_dict(data_cfg).source != "synthetic":
         return {"label": ORACLE_LABEL, "available": False, "reason": NO_GENERATOR}
-    hidden = synthetic_hidden(data_cfg, market)
+    try:
+        hidden = synthetic_hidden(data_cfg, market)
+    except ValueError as err:  # e.g. a segment no generator seed of the settings gives
+        return {"label": ORACLE_LABEL, "available": False, "reason": str(err)}
     dev = torch.device(device) if device is not None else market.device
     data = market.to(dev)
     walked = variants() if variant is None else [parse_label(variant)]
