@@ -4,7 +4,7 @@
 :class:`MarketData` of one segment (``data_settings.py``: :class:`DataSettings`, one field per key);
 ``loaders.py`` reads files, ``synthetic.py`` draws regime-switching series, ``market.py`` holds
 the features and the segment arithmetic, ``fresh.py`` the fresh training series of
-``data.regenerate_every``.
+``data.regenerate_every``, ``identity.py`` the record of a run's data files (size, SHA-256, segments).
 """
 from rl_zerosync.data.data_settings import DataSettings, make_market
 from rl_zerosync.data.loaders import load_market

@@ -53,9 +53,14 @@ only ``data.*`` keys are accepted (the rest of a checkpoint's settings belong to
 Without ``--data`` they change the run's data settings for every segment evaluated (the ``train``
 segment of the train-minus-test gap included).
 
+A run's own segments (no ``--data``) are evaluated only on the data files the run recorded
+(``data_record.json``, :mod:`rl_zerosync.data.identity`): a file changed or missing since is a
+``DataChangedError`` naming it (``--data FILE`` evaluates the file as it is now).
+
 Training-period overlap: when the evaluated bars and the run's training data both have timestamps,
 the evaluated bars (all assets) are compared with the time range of the run's ``train`` segment
-(rebuilt from the checkpoint's data settings, before any override); evaluated bars inside it give
+(the one the run recorded; for runs without a record, rebuilt from the checkpoint's data settings,
+before any override; ``overlap.training_period_source`` says which); evaluated bars inside it give
 a one-line warning on stderr and an entry in ``warnings`` (results partly in sample). The check
 is by time only, whatever the assets. Synthetic data has no timestamps, so runs trained on
 synthetic data (or evaluated on undated files) are not checked (``overlap.checked`` false, with
@@ -75,6 +80,8 @@ import yaml
 
 
 MODULE_PATH = Path("learner_group") / "learner" / "rl_module" / "default_policy"
+OWN_DATA_CHANGED = ("the run's validation and test segments are cut from the recorded file; evaluate the file as "
+                    "it is now with --data FILE (other data: its overlap with the recorded training period is checked)")
 
 
 def load_module(ckpt: Path):
@@ -174,22 +181,25 @@ def _show_time(t) -> str:
     return t.strftime("%Y-%m-%d") if t == t.normalize() else t.isoformat()
 
 
-def training_overlap(results: list, train_market) -> tuple[dict[str, Any], str | None]:
+def training_overlap(results: list, train_market, period=None) -> tuple[dict[str, Any], str | None]:
     """Compare the evaluated bars of ``results`` (the bars with a return, all assets) with the traded
     bars of ``train_market`` (the run's ``train`` segment; None: synthetic data) by time: ``(info
-    for metrics.json, the warning or None)``. Not checked (``info["checked"]`` false, with the
-    reason) when either side has no timestamps."""
-    if train_market is None or train_market.timestamps is None:
+    for metrics.json, the warning or None)``. ``period``: the run's recorded ``(first, last)`` training
+    bars (:func:`rl_zerosync.data.identity.training_period`), used instead of ``train_market``. Not
+    checked (``info["checked"]`` false, with the reason) when either side has no timestamps."""
+    if period is None and (train_market is None or train_market.timestamps is None):
         why = "synthetic data" if train_market is None else "its files have no timestamp column"
         return {"checked": False, "reason": f"the run's training data has no timestamps ({why})"}, None
     if not all(t is not None for res in results for t in res.timestamps):
         return {"checked": False, "reason": "the evaluated data has no timestamps"}, None
-    starts = train_market.valid_start.cpu().tolist()  # host read: once per evaluation
-    lengths = train_market.length.cpu().tolist()  # host read: once per evaluation
-    trained = _naive_times([ts[s:n] for ts, s, n in zip(train_market.timestamps, starts, lengths)])
+    if period is None:
+        starts = train_market.valid_start.cpu().tolist()  # host read: once per evaluation
+        lengths = train_market.length.cpu().tolist()  # host read: once per evaluation
+        trained = _naive_times([ts[s:n] for ts, s, n in zip(train_market.timestamps, starts, lengths)])
+        period = trained.min(), trained.max()
     traded = _naive_times([t[1:] for res in results for t in res.timestamps])
     shown = _naive_times([t for res in results for t in res.timestamps])
-    lo, hi = trained.min(), trained.max()
+    lo, hi = period
     inside = int(((traded >= lo) & (traded <= hi)).sum())
     info = {
         "checked": True,
@@ -356,6 +366,7 @@ def _load(checkpoint: str | Path, data: str | None, out_dir: str | Path | None, 
     from rl_zerosync.envs import EnvParams
     from rl_zerosync.envs.params import with_recorded_lag
     from rl_zerosync.data.data_settings import check_data_keys
+    from rl_zerosync.data.identity import check_unchanged, data_paths, read_record
     from rl_zerosync.evaluation.validation import routing_thresholds
 
     from rl_zerosync.evaluation.eval_dir import check_out_dir, check_same_data, default_out_dir
@@ -378,6 +389,8 @@ def _load(checkpoint: str | Path, data: str | None, out_dir: str | Path | None, 
     settings = yaml.safe_load((ckpt / SETTINGS_FILE).read_text())
     data_cfg, segments = _data_cfg(settings, data, overrides)
     check_data_keys(data_cfg)  # an unknown data key (e.g. a mistyped --set) before the module loads
+    if data is None:  # the run's own segments: only of the files it recorded (DataChangedError)
+        check_unchanged(read_record(ckpt), OWN_DATA_CHANGED, paths=data_paths(data_cfg))
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     module = load_module(ckpt).to(dev)
     others = [load_module(verified_checkpoint(p, which)).to(dev) for p in ensemble]
@@ -442,11 +455,16 @@ def _check_overlap(ev: _Evaluation, results: dict, train_market) -> tuple[dict[s
     each also written to stderr)."""
     from rl_zerosync.rundir.checkpoints import warn
 
+    from rl_zerosync.data.identity import read_record, training_period
+
     warnings: list[str] = []
     try:
         same = ev.data_file is None and not ev.overrides  # the train segment walked is the run's own
-        overlap, warning = training_overlap(
-            list(results.values()), _train_segment_market(ev.settings, train_market if same else None))
+        period = training_period(read_record(ev.ckpt))  # recorded at training: never re-derived from a file now
+        overlap, warning = training_overlap(list(results.values()), None if period else _train_segment_market(
+            ev.settings, train_market if same else None), period=period)
+        if overlap["checked"]:
+            overlap["training_period_source"] = "recorded by the run" if period else "rebuilt from the data settings"
     except (OSError, ValueError) as err:  # the run's training files moved or changed
         overlap = {"checked": False, "reason": f"the run's training data could not be rebuilt: {err}"}
         warning = f"could not check the overlap with the run's training period: {err}"

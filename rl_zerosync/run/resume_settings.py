@@ -2,6 +2,10 @@
 is trained and selected on (``model``, ``env``, ``data`` but its device) must equal the run's
 ``settings.yaml``; any other change (iterations, eval cadence, ...) is allowed and listed.
 
+The run's data files are checked too (:func:`check_data`): a file whose size or SHA-256 is not the
+one in the run's ``data_record.json`` (:mod:`rl_zerosync.data.identity`) is refused by name, as is a
+missing one: the same path no longer holds the bars the run trained and selected on.
+
 Checked before the run directory is claimed or Ray starts, so a refused resume writes nothing: the
 run's ``settings.yaml`` stays, and ``checkpoint_best/`` is never scored on data it was not selected on.
 """
@@ -81,4 +85,17 @@ def compare(settings, resume: str | Path) -> list[str]:
             f"--resume {resume}: the settings change what the run's checkpoints were trained and selected on "
             f"({shown}); {', '.join(FIXED_SECTIONS)} keys must match {path}: train a new run (another run.name) "
             "or --overwrite")
+    check_data(settings, resume)
     return [f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in changed]
+
+
+def check_data(settings, resume: str | Path) -> None:
+    """The run's recorded data files (``data_record.json`` of the resumed directory, else of the run
+    directory) against the files at those paths now: :class:`~rl_zerosync.data.identity.DataChangedError`
+    naming the first one changed or missing; nothing for a run without a record."""
+    from rl_zerosync.data.identity import check_unchanged, data_paths, read_record
+
+    record = read_record(Path(resume), settings.run_dir)
+    check_unchanged(record, "the run's checkpoints were trained and selected on the recorded file; --resume "
+                    "continues only on the same bars: restore the file, or train a new run (another run.name) "
+                    "or --overwrite", paths=data_paths(settings.data))

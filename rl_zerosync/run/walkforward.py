@@ -47,7 +47,8 @@ fold trains). ``resume=True`` (``--resume``) continues an interrupted walk; each
 Before anything is written, every fold directory with a ``settings.yaml`` is compared with the
 fold's settings now (:func:`rl_zerosync.run.resume_settings.compare`): a changed ``model``, ``env``
 or ``data`` key (a changed K or ``--anchored`` shows as ``data.window``) is a ``ResumeSettingsError``
-naming the key; other changes are printed per fold.
+naming the key, a data file that is not the one the fold recorded (size, SHA-256) a
+``DataChangedError`` naming the file; other changes are printed per fold.
 """
 from __future__ import annotations
 
@@ -140,19 +141,14 @@ def _fold_settings(settings, i: int, window: tuple[float, float], split: Sequenc
     return from_dict(raw, source=f"{settings.source} (walk-forward fold {i})")
 
 
-def _stamp(ts: Any) -> str:
-    import pandas as pd
-
-    return pd.Timestamp(ts).isoformat()
-
-
 def fold_segments(data_cfg: Mapping[str, Any], env_cfg: Mapping[str, Any] | None = None) -> dict[str, list[dict]]:
     """Per segment, per asset: the segment's bars ``[first, end)`` in full-series coordinates
-    (first tradable bar .. one past the last bar) and their first/last time stamps when the data
-    has them. Builds every segment and its env tables, so a fold too short for ``env`` (e.g.
-    ``episode_len``) raises here, before any training."""
+    (first tradable bar .. one past the last bar), their count and their first/last time stamps when
+    the data has them (:func:`rl_zerosync.data.identity.segment_rows`). Builds every segment and its
+    env tables, so a fold too short for ``env`` (e.g. ``episode_len``) raises here, before any training."""
     from rl_zerosync.envs import EnvParams
     from rl_zerosync.data import make_market
+    from rl_zerosync.data.identity import segment_rows
     from rl_zerosync.envs.core import make_tables
 
     params = EnvParams.from_dict(env_cfg)
@@ -160,17 +156,7 @@ def fold_segments(data_cfg: Mapping[str, Any], env_cfg: Mapping[str, Any] | None
     for segment in SPLITS:
         market = make_market(data_cfg, segment)
         make_tables(market, params)
-        rows = []
-        starts = market.valid_start.cpu().tolist()  # host read: setup
-        lengths = market.length.cpu().tolist()  # host read: setup
-        for a, name in enumerate(market.asset_names):
-            off = market.offsets[a] if market.offsets is not None else 0
-            row: dict[str, Any] = {"asset": name, "bars": [off + starts[a], off + lengths[a]]}
-            if market.timestamps is not None:
-                row["first"] = _stamp(market.timestamps[a][starts[a]])
-                row["last"] = _stamp(market.timestamps[a][lengths[a] - 1])
-            rows.append(row)
-        out[segment] = rows
+        out[segment] = segment_rows(market)
     return out
 
 

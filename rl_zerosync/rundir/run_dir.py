@@ -5,6 +5,8 @@ Layout (the checkpoints: :mod:`rl_zerosync.rundir.checkpoints`)::
 
     run.lock             held for the life of a run (:class:`~rl_zerosync.rundir.lock.RunLock`)
     settings.yaml        the run's settings
+    data_record.json     file data: each file's size and SHA-256, each segment's bars and first/last
+                         timestamps (:mod:`rl_zerosync.data.identity`); also in every checkpoint
     metrics.jsonl        one JSON row per iteration (flattened finite scalars of RLlib's result)
     tensorboard/         the same scalars, one event file per session
     checkpoint/ ...      the newest checkpoints, ``checkpoint_best/`` the best validation pass
@@ -26,6 +28,7 @@ from typing import Any
 import yaml
 from tensorboardX import SummaryWriter
 
+from rl_zerosync.data.identity import DATA_RECORD_FILE, data_record, write_record
 from rl_zerosync.rundir import checkpoints
 from rl_zerosync.rundir.checkpoints import (
     BEST_DIR, CHECKPOINT_DIR, KEEP_LAST, MARKER, RUN_STATE_FILE, SETTINGS_FILE, CheckpointError,
@@ -100,6 +103,8 @@ class RunDir:
         self._resumed_at: int | None = None
         self._jsonl = None
         self._tb = None
+        self.data_record: dict | None = None
+        """What :meth:`write_settings` recorded of the run's data files (None: synthetic data)."""
 
     # ---- ownership -------------------------------------------------------------------------------
 
@@ -301,9 +306,14 @@ class RunDir:
     # ---- what a run writes -------------------------------------------------------------------------
 
     def write_settings(self, settings) -> None:
-        """The run's settings as ``settings.yaml`` (what ``evaluate`` of the run directory reads)."""
-        self.record(SETTINGS_FILE, *EVALUATION_NAMES)  # evaluation/: where `evaluate` of this run writes by default
+        """The run's settings as ``settings.yaml`` (what ``evaluate`` of the run directory reads) and,
+        for file data, the record of its files and segments as ``data_record.json``
+        (:func:`~rl_zerosync.data.identity.data_record`; written into every checkpoint too)."""
+        self.record(SETTINGS_FILE, DATA_RECORD_FILE, *EVALUATION_NAMES)  # evaluation/: `evaluate`'s default
         (self.path / SETTINGS_FILE).write_text(_settings_yaml(settings))
+        self.data_record = data_record(settings.data)
+        if self.data_record is not None:
+            write_record(self.path, self.data_record)
 
     def open_log(self) -> None:
         """Open ``metrics.jsonl`` (appended to) and this session's TensorBoard event file. After
@@ -373,6 +383,8 @@ class RunDir:
             algo.save_to_path(str(tmp.resolve()),
                               state=algo.get_state(not_components=checkpoints.policy_only_excludes()))
         (tmp / SETTINGS_FILE).write_text(_settings_yaml(settings))
+        if self.data_record is not None:
+            write_record(tmp, self.data_record)
         state = {"iteration": int(algo.iteration), **(run_state or {})}
         (tmp / RUN_STATE_FILE).write_text(json.dumps(state, indent=2, default=float))
         checkpoints.write_manifest(tmp)
