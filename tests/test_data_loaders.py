@@ -234,3 +234,39 @@ def test_bad_config(bad, match):
         make_market(bad, "train")
     with pytest.raises(ValueError, match="split"):
         make_market({}, "holdout")
+
+
+# ---- asset names: one per asset, distinct ----------------------------------------------------
+
+def test_two_files_of_one_stem_in_different_folders_are_refused_naming_data_names(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    pa = write(frame(seed=1), tmp_path / "a" / "SPY.csv")
+    pb = write(frame(seed=2), tmp_path / "b" / "SPY.csv")
+    with pytest.raises(ValueError) as err:
+        make_market(cfg([pa, pb]), "all")
+    msg = str(err.value)
+    assert "asset name 'SPY' (from the file stem) is given twice" in msg and pa in msg and pb in msg
+    assert "set data.names" in msg
+    data = make_market(cfg([pa, pb], names=["SPY_a", "SPY_b"]), "all")  # what the message asks for
+    assert data.asset_names == ("SPY_a", "SPY_b")
+    with pytest.raises(ValueError, match=r"data\.names: 'x' is given twice \(assets 0 and 1"):
+        make_market(cfg([pa, pb], names=["x", "x"]), "all")
+
+
+def test_one_file_listed_twice_is_refused_under_any_spelling(tmp_path, monkeypatch):
+    p = write(frame(), tmp_path / "x.csv")
+    monkeypatch.chdir(tmp_path)
+    for twice in ([p, p], [p, "./x.csv"], ["x.csv", str(tmp_path / "." / "x.csv")]):
+        with pytest.raises(ValueError, match=r"data\.paths: entries 0 and 1 .* are the same file .*x\.csv; list each "
+                                             r"file once"):
+            make_market(cfg(twice, names=["a", "b"]), "all")
+
+
+def test_one_asset_in_two_files_of_an_asset_column_is_refused(tmp_path):
+    a, b = frame(seed=1), frame(seed=2)
+    a["Ticker"], b["Ticker"] = "AAA", "AAA"
+    pa, pb = write(a, tmp_path / "one.csv"), write(b, tmp_path / "two.csv")
+    with pytest.raises(ValueError, match=r"asset name 'AAA' \(from the asset column 'Ticker'\) is given twice, by "
+                                         r"file .*one\.csv, asset 'AAA' and file .*two\.csv, asset 'AAA'.*data\.names"):
+        make_market(cfg([pa, pb], asset_column="Ticker"), "all")

@@ -76,6 +76,8 @@ def data_dir(tmp_path_factory) -> Path:
     _write_bars(d / "bid_ask.csv", edit=lambda f, i: f.__setitem__("Bid", f["Bid"].where(f.index != i, f["Ask"] * 1.01)))
     _write_bars(d / "bool_close.csv", edit=lambda f, i: f.__setitem__("Close", f.index % 2 == 0))
     _write_bars(d / "epoch_seconds.csv", edit=lambda f, i: f.__setitem__("Date", np.arange(len(f)) + 1_600_000_000))
+    (d / "other").mkdir()
+    _write_csv(d / "other" / "good.csv", n=610)  # another file of stem "good"
     (d / "a_folder.csv").mkdir()
     (d / "a_file").write_text("not a folder")
     (d / "noclose.csv").write_text((d / "good.csv").read_text().replace("Date,Close", "Date,Price", 1))
@@ -210,6 +212,12 @@ CASES = [
     ("population-seed-pinned", lambda d: {**_csv_cfg(d, runner={"seed": 3}), "population": {"seeds": [0, 1]}},
      ["runner.seed", "population.seeds"]),
     ("population-no-seeds", lambda d: {**_csv_cfg(d), "population": {"seeds": []}}, ["population.seeds"]),
+    # third round: data files and asset names, periods per year, YAML structure, dates
+    ("duplicate-stem", lambda d: _csv_cfg(d, data={"paths": [str(d / "good.csv"), str(d / "other" / "good.csv")]}),
+     ["asset name 'good' (from the file stem) is given twice", "other/good.csv", "set data.names"]),
+    ("same-file-twice", lambda d: _csv_cfg(d, data={"paths": [str(d / "good.csv"), str(d / "." / "good.csv")],
+                                                    "names": ["a", "b"]}),
+     ["data.paths: entries 0 and 1", "are the same file", "list each file once"]),
     ("synthetic-short", lambda d: {"run": {"dir": str(d / "runs")}, "algo": {"num_gpus_per_learner": 0},
                                    "data": {"source": "synthetic", "num_assets": 2, "num_bars": 400},
                                    "env": {"episode_len": 128}, "runner": {"device": "cpu"}},

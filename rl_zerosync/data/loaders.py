@@ -27,6 +27,10 @@ Relative spread per bar, by ``spread_source``:
 without timestamps 252 (trading days), and the returned market says it was assumed. The choice
 and the spread source with its median in bps per asset are in ``MarketData.source_info``.
 
+Asset names are the file stems (or the ``asset_column`` values) unless ``names`` gives them; two
+assets with one name (two files of one stem in different folders, one file listed twice) are refused
+naming ``data.names``.
+
 Bad data raises ValueError naming the file, the column and the row (0-based data row; the CSV line
 is row + 2): missing columns, non-numeric / non-finite / non-positive prices, high < low, bid > ask,
 unparseable, duplicate or decreasing timestamps, fewer rows than ``features.warmup + 2``, and
@@ -87,7 +91,8 @@ def load_market(
         raise ValueError(f"data.columns: unknown key(s) {unknown}; allowed keys are {list(COLUMN_KEYS)}")
     check_periods_per_year(periods_per_year)
     check_timestamp_unit(timestamp_unit)
-    closes, spreads, stamps, asset_names, sources, bar_prices, notes = [], [], [], [], [], [], []
+    check_distinct_files(paths)
+    closes, spreads, stamps, asset_names, sources, bar_prices, notes, origins = [], [], [], [], [], [], [], []
     for path in paths:
         frame = _read(str(path), fmt)
         for asset, part in _assets(str(path), frame, asset_column):
@@ -107,10 +112,12 @@ def load_market(
             stamps.append(ts)
             sources.append(source)
             asset_names.append(str(asset) if asset_column else os.path.splitext(os.path.basename(str(path)))[0])
+            origins.append(where)
     if names is not None:
         if len(names) != len(closes):
             raise ValueError(f"data.names: expected {len(closes)} names (one per asset), got {len(names)}")
         asset_names = [str(n) for n in names]
+    check_distinct_names(asset_names, origins, given=names is not None, asset_column=asset_column)
     has_ts = all(t is not None for t in stamps)
     ppy, ppy_source = resolve_periods_per_year(periods_per_year, stamps if has_ts else None)
     kept = execution_prices(bar_prices)
@@ -131,6 +138,37 @@ def load_market(
     if max_spread_bps is not None:
         info["bars_at_cap"] = {n: int(np.sum(sp[1:] >= max_spread_bps * 1e-4)) for n, sp in zip(asset_names, spreads)}
     return replace(market, source_info=info)
+
+
+def check_distinct_files(paths: Sequence[str | os.PathLike]) -> None:
+    """ValueError naming ``data.paths`` when one file is listed twice (the same file under two
+    spellings counts: its assets would be traded twice, one of them under a name of its own)."""
+    seen: dict[str, int] = {}
+    for i, path in enumerate(paths):
+        key = os.path.realpath(str(path))
+        if key in seen:
+            raise ValueError(f"data.paths: entries {seen[key]} and {i} ({paths[seen[key]]!s} and {path!s}) are the "
+                             f"same file {key}; list each file once")
+        seen[key] = i
+
+
+def check_distinct_names(asset_names: Sequence[str], origins: Sequence[str], *, given: bool = False,
+                         asset_column: str | None = None) -> None:
+    """ValueError naming the first asset name two assets share, where each came from, and
+    ``data.names`` (one distinct name per asset, in order): assets are keyed by name in every report."""
+    first: dict[str, int] = {}
+    for i, name in enumerate(asset_names):
+        if name not in first:
+            first[name] = i
+            continue
+        j = first[name]
+        if given:
+            raise ValueError(f"data.names: {name!r} is given twice (assets {j} and {i}: {origins[j]} and {origins[i]}); "
+                             "expected one distinct name per asset")
+        how = f"from the asset column {asset_column!r}" if asset_column else "from the file stem"
+        raise ValueError(f"asset name {name!r} ({how}) is given twice, by {origins[j]} and {origins[i]}: asset names "
+                         f"must be distinct; set data.names to one distinct name per asset, in order "
+                         f"({len(asset_names)} assets)")
 
 
 MAX_SPREAD_BPS = 10_000.0
