@@ -125,11 +125,26 @@ def evidence_summary(seeds_summary: dict, per_seed: dict) -> dict:
     pbo = [p.get("pbo") for p in per_seed.values() if p.get("pbo") is not None]
     return {"ci_method": seeds_summary.get("ci_method"), "deflated_sharpe": seeds_summary.get("deflated_sharpe"),
             "psr": seeds_summary.get("psr"), "trials": seeds_summary.get("trials"),
+            "dsr_trials": seeds_summary.get("dsr_trials"), "dsr_variance": seeds_summary.get("dsr_variance"),
+            "dsr_expected_max": seeds_summary.get("dsr_expected_max"), "dsr_sharpe": seeds_summary.get("dsr_sharpe"),
+            "dsr_on": "the mean of the seeds' selected validation Sharpes (each seed selected among its checkpoints)",
+            "coverage": coverage_summary(),
             "trials_counted": (ev.get("trials") or {}).get("counted"),
             "pbo": statistics.mean(pbo) if pbo else None,
             "heldout_test_series": next(iter(per_seed.values())).get("heldout_test_series", 0),
             "test_sharpe_seed_spread": seeds_summary.get("test_sharpe_seed_range",
                                                          seeds_summary.get("test_sharpe_seed_ci95"))}
+
+
+def coverage_summary() -> dict | None:
+    """Coverage and width ratio of the calibrated intervals on the project's generator
+    (``benchmarks/results/coverage.json``, ``python -m benchmarks.coverage``), or None before that run."""
+    path = Path(results_path("coverage"))
+    if not path.is_file():
+        return None
+    res = json.loads(path.read_text())["results"]
+    return {k: {"coverage": res[k]["calibrated"]["coverage"], "width_ratio": res[k]["calibrated"]["width_ratio"],
+                "sets": res[k]["calibrated"]["sets"]} for k in ("level", "paired_difference")}
 
 
 def best_on_validation(sweep: dict) -> str:

@@ -71,7 +71,7 @@ def learning(r) -> str:
                    f"| {s['best_rule_test_sharpe_mean']:+.2f} ({', '.join(sorted(best))}) "
                    f"| {s['agent_minus_best_rule_mean']:+.2f} {_ci(s['agent_minus_best_rule_ci95'])} "
                    f"| {s['rules_test_sharpe_mean']['buy_and_hold']:+.2f} | {s['psr']:.2f} "
-                   f"| {s['deflated_sharpe']:.2f} | {s['trials']} |")
+                   f"| {s['deflated_sharpe']:.2f} | {_trials(s['trials'])} |")
     sm = r["summary"]
     first = next(iter(r["budgets"].values()))
     out += ["", f"Verdict: {_verdict(sm['agent_minus_best_rule_ci95'], sm['agent_minus_best_rule'])}; "
@@ -87,6 +87,11 @@ def learning(r) -> str:
                 f"{t['split_walk_s'] * 1e3:.0f} ms ({t['split_steps']} sequential steps in time splits; "
                 f"one whole walk {t['whole_walk_s']:.2f} s, the rules' walk once per run {t['rules_walk_s']:.1f} s)."]
     return "\n".join(out)
+
+
+def _trials(n) -> str:
+    """A trial count: whole (the counted trials of older results) or effective (one decimal)."""
+    return f"{n}" if isinstance(n, int) or float(n).is_integer() else f"{float(n):.1f}"
 
 
 def _verdict(ci, estimate: Optional[float] = None) -> str:
@@ -118,7 +123,7 @@ def learning_cpu_quick(r) -> str:
            f"| {s['best_rule_test_sharpe_mean']:+.2f} ({', '.join(best)}) "
            f"| {s['agent_minus_best_rule']:+.2f} {_ci(s['agent_minus_best_rule_ci95'])} "
            f"| {s['rules_test_sharpe_mean']['buy_and_hold']:+.2f} | {s['psr']:.2f} | {s['deflated_sharpe']:.2f} "
-           f"| {s['trials']} | {s['pbo']:.2f} |",
+           f"| {_trials(s['trials'])} | {s['pbo']:.2f} |",
            "", f"Verdict: {_verdict(s['agent_minus_best_rule_ci95'])}; {b['wall_s']:.0f} s wall for both seeds.",
            f"Intervals: {s['ci_method']}.",
            f"Trials counted: {s['trials_counted']}."]

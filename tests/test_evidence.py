@@ -10,39 +10,37 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rl_zerosync.evaluation.evidence import checkpoint_history, mean_sharpe_interval
+from rl_zerosync.evaluation.calibrated import expected_max_z, panel_interval
+from rl_zerosync.evaluation.evidence import (
+    checkpoint_history, save_validation_returns, selection_trials, validation_passes)
 from rl_zerosync.evaluation.rules import variants
-from rl_zerosync.evaluation.significance import paired_difference_interval, sharpe_interval
 
 RUN = Path(__file__).resolve().parent / "data" / "run_v0_1"
 
 
-def test_one_asset_is_the_library_interval_and_the_paired_difference():
+def test_validation_passes_round_trip_and_count_as_effective_trials(tmp_path):
     rng = np.random.default_rng(3)
-    a, b = rng.normal(0.001, 0.01, 400), rng.normal(0.0, 0.01, 400)
-    one = mean_sharpe_interval([a], None, 252.0, reps=500, seed=7)
-    lib = sharpe_interval(a, 252.0, reps=500, seed=7)
-    assert (one["estimate"], one["low"], one["high"]) == pytest.approx((lib.estimate, lib.low, lib.high))
-    diff = mean_sharpe_interval([a], [b], 252.0, reps=500, seed=7)
-    lib = paired_difference_interval(a, b, 252.0, reps=500, seed=7)
-    assert (diff["estimate"], diff["low"], diff["high"]) == pytest.approx((lib.estimate, lib.low, lib.high))
-    same = mean_sharpe_interval([a, b], [a, b], 252.0, reps=200)
-    assert same["low"] == same["high"] == same["estimate"] == 0.0  # paired: what is common cancels
+    base = [rng.normal(0.0, 0.01, 300) for _ in range(2)]
+    for it in (5, 10, 15):  # three near-identical checkpoints, then an unrelated one
+        save_validation_returns(tmp_path, it, [b + 0.001 * rng.normal(size=300) for b in base])
+    save_validation_returns(tmp_path, 20, [rng.normal(0.0, 0.01, 300) for _ in range(2)])
+    passes = validation_passes(tmp_path)
+    assert passes.shape == (600, 4) and passes.dtype == np.float64
+    assert validation_passes(tmp_path / "none") is None
 
+    class Chooser:  # a validation walk: two independent series
+        records = [{"net": b, "position": np.ones(300)} for b in base]
+        timestamps = [None, None]
+        periods_per_year, segment = 252.0, "validation"
 
-def test_several_assets_mean_of_sharpes_and_bad_input_named():
-    rng = np.random.default_rng(4)
-    nets = [rng.normal(0.0005, 0.01, 300) for _ in range(3)]
-    iv = mean_sharpe_interval(nets, None, 252.0, reps=300)
-    per = [x.mean() / x.std(ddof=1) * np.sqrt(252.0) for x in nets]
-    assert iv["estimate"] == pytest.approx(np.mean(per)) and iv["low"] <= iv["estimate"] <= iv["high"]
-    assert "one shared bar draw" in iv["method"] and iv["assets"] == 3 and iv["bars"] == 900
-    uneven = mean_sharpe_interval([nets[0], nets[1][:200]], None, 252.0, reps=300)
-    assert "independent bar draws per asset" in uneven["method"]
-    with pytest.raises(ValueError, match=r"a, b: expected the same bars per asset"):
-        mean_sharpe_interval(nets, [n[:-1] for n in nets], 252.0)
-    with pytest.raises(ValueError, match=r"a\[0\]: expected a 1-D array of at least 20 finite"):
-        mean_sharpe_interval([np.array([0.1, np.nan] * 20)], None, 252.0)
+    t = selection_trials(Chooser, tmp_path, "sharpe")
+    # eigenvalues ~[3, 1, 0, 0]: participation ratio 4**2 / (9 + 1) = 1.6 (between 1 and 2 trials)
+    assert 1.5 < t["n"] < 1.75 and t["candidates"] == 4 and "effective" in t["counted"]
+    ref = panel_interval([r["net"] for r in Chooser.records], None, 252.0, independent_series=True,
+                         positions=[np.ones(300)] * 2)
+    assert t["se"] == pytest.approx(ref["se"]) and t["selected_validation_sharpe"] == pytest.approx(ref["estimate"])
+    old = selection_trials(Chooser, RUN, "sharpe")  # a run that kept no per-pass returns: every pass counts
+    assert old["n"] == 4 and "counted as independent" in old["counted"]
 
 
 def test_checkpoint_history_counts_validation_passes(tmp_path):
@@ -75,27 +73,39 @@ def test_evidence_block_is_consistent(report):
         assert iv[k]["low"] <= iv[k]["estimate"] <= iv[k]["high"], k
     assert s["test_sharpe_ci95"] == [iv["agent"]["low"], iv["agent"]["high"]]
     assert s["agent_minus_best_rule_ci95"] == [iv["agent_minus_best_rule"]["low"], iv["agent_minus_best_rule"]["high"]]
-    assert s["trials"] == ev["trials"]["n"] == len(variants()) + 4  # 51 rule variants + 4 validation passes
-    assert "51 rule variants" in ev["deflated_sharpe"]["trials_counted"]
-    assert 0.0 <= s["deflated_sharpe"] <= s["psr"] <= 1.0
-    assert s["ci_method"].startswith("stationary block bootstrap over bars")
+    # The DSR is where the selection happened: the selected checkpoint's validation Sharpe against the
+    # 4 checkpoints this run compared (no rule variants in the family), its null spread the
+    # calibrated standard error of a validation Sharpe.
+    dsr = ev["deflated_sharpe"]
+    assert s["trials"] == s["dsr_trials"] == ev["trials"]["n"] == 4 and "rule" not in dsr["trials_counted"]
+    assert dsr["sharpe"] == pytest.approx(report["selected_by"]["value"], abs=0.05) and dsr["segment"] == "validation"
+    assert s["dsr_variance"] == pytest.approx(ev["trials"]["se"] ** 2)
+    assert s["dsr_expected_max"] == pytest.approx(ev["trials"]["se"] * expected_max_z(4))  # E[max of 4 N(0, se)]
+    assert 0.0 <= s["deflated_sharpe"] <= 1.0 and 0.0 <= s["psr"] <= 1.0
+    assert s["ci_method"].startswith("stationary block bootstrap over bars (2 independent series (fewer than 8)")
+    assert "position autocorrelation time" in s["ci_method"] and ev["ci_design"] == "bar blocks"
     assert 0.0 <= ev["pbo"]["value"] <= 1.0 and ev["pbo"]["candidates"] == len(variants())
     assert ev["pbo"]["segments"] == "validation+test"
-    assert 0.0 <= ev["spa"]["pvalue_consistent"] <= 1.0 and ev["spa"]["candidates"] == len(variants())
+    assert ev["pbo_agent"]["value"] is None and "no per-pass validation returns" in ev["pbo_agent"]["reason"]
+    spa = ev["spa"]  # against the rule chosen on validation, the other variants and the agent as candidates
+    assert spa["benchmark"] == report["segments"]["validation"]["rule_choice"]["momentum"]
+    assert 0.0 <= spa["pvalue_consistent"] <= 1.0 and spa["candidates"] == len(variants()) - 1 + 1 + 1
     assert ev["power"]["warning"].startswith("validation cannot tell annualized Sharpe 1 from 0")
-    assert "95% CI [" in report["summary_line"] and "trials" in report["summary_line"]
+    assert ev["power"]["validation"]["standard_error"] == pytest.approx(ev["trials"]["se"])
+    assert "95% CI [" in report["summary_line"] and "effective trials" in report["summary_line"]
 
 
 def test_a_segment_too_short_for_the_statistics_leaves_the_report_with_the_reason(monkeypatch, capsys):
     import rl_zerosync.evaluation.evidence as evidence
 
     def too_short(*a, **k):
-        return mean_sharpe_interval([np.zeros(10)], None, 252.0)  # the real error: fewer than 20 bars
+        return panel_interval([np.zeros(10)], None, 252.0, independent_series=True)  # the real error: < 20 bars
 
     monkeypatch.setattr(evidence, "evidence_block", too_short)
     report = {"summary": {"sharpe": 0.1}, "data": {"source": "synthetic"}}
     evidence.add_evidence(report, {}, ["validation", "test"], None)
     assert report["evidence"]["value"] is None
-    assert "a[0]: expected a 1-D array of at least 20 finite per-bar returns" in report["evidence"]["reason"]
+    assert "a[0][0]: expected a 1-D array of at least 20 finite per-bar returns" in report["evidence"]["reason"]
     assert report["summary"]["test_sharpe_ci95"] is None and report["summary"]["sharpe"] == 0.1
+    assert report["summary"]["dsr_trials"] is None
     assert "warning: no evidence for this evaluation" in capsys.readouterr().err

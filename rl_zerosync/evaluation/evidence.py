@@ -1,26 +1,28 @@
-"""The ``evidence`` block of an evaluation: how much of the test result is sample noise and selection.
+"""The ``evidence`` block of an evaluation: how much of the result is sample noise and selection.
 
 From the walked segments of :func:`rl_zerosync.evaluation.evaluate.evaluate_checkpoint` (the first
-segment chose the rules' variants and, during training, the checkpoint; the last is the report's,
-``test`` normally), :func:`evidence_block` gives:
+segment chose the rules' variants and, during training, the checkpoint: ``validation``; the last is
+the report's, ``test`` normally), :func:`evidence_block` gives, every statistic from
+:mod:`rl_zerosync.evaluation.calibrated` (intervals calibrated on the market they are used on):
 
 * ``intervals``: the agent's, each rule's and buy-and-hold's Sharpe on the report segment (the mean
-  over assets of per-asset Sharpes, as ``summary["sharpe"]``) with a percentile block-bootstrap
-  interval, and the paired differences agent - best rule and agent - buy-and-hold (the same
-  resampled bars for both sides; :func:`mean_sharpe_interval`).
-* ``psr`` / ``deflated_sharpe``: probabilistic and deflated Sharpe ratio of the agent's test returns
-  (pooled over assets: their bars one after the other), the DSR with ``N`` = the trials actually
-  made: every rule variant searched on the choosing segment (:func:`rl_zerosync.evaluation.rules.variants`)
-  plus every checkpoint compared on validation (the run's ``metrics.jsonl`` history), the trials'
-  Sharpe variance from their validation Sharpes; ``trials`` says what ``N`` counts.
-* ``spa``: Hansen's SPA of "the best of the agent and the tuned rule variants beats buy-and-hold"
-  on the report segment.
-* ``pbo``: probability of backtest overfitting by CSCV over the rule variants, candidates x
-  time-blocks of the choosing and the report segment together.
-* ``power``: the standard error of an annualized Sharpe on each segment (bars pooled over assets)
-  and whether the choosing segment can tell Sharpe 1 from 0 (:func:`power_block`).
+  over series of per-series Sharpes, as ``summary["sharpe"]``) and the paired differences agent -
+  best rule (the rule chosen on validation) and agent - buy-and-hold, by
+  :func:`~rl_zerosync.evaluation.calibrated.panel_interval`: independent synthetic series resampled
+  as whole clusters, series on one calendar by a block bootstrap over bars with the block rule.
+* ``deflated_sharpe``: the DSR where the selection happened, on the selected checkpoint's
+  *validation* Sharpe, against the expected best of the effective number of checkpoints compared on
+  validation (their per-pass validation returns, :data:`VALIDATION_RETURNS_DIR`), their null spread
+  the calibrated standard error of a validation Sharpe; ``N``, ``V`` and ``E[max]`` reported.
+* ``psr``: ``P[true test Sharpe > 0]`` from the calibrated standard error of the test Sharpe.
+* ``spa``: Hansen's SPA of "some candidate beats the rule chosen on validation": the agent and every
+  other rule variant against it, on the report segment (:mod:`rl_zerosync.evaluation.resample`).
+* ``pbo``: probability of backtest overfitting by CSCV over the rule variants and over the agent's
+  own selection (its validation passes x validation blocks).
+* ``power``: per segment the calibrated standard error of the agent's Sharpe and whether it can
+  tell Sharpe 1 from 0 (``2 * se < 1``).
 
-Every bootstrap is seeded (``seed``), so a report is reproducible.
+Every bootstrap is seeded (``seed``), so a report is reproducible on one kind of device.
 """
 from __future__ import annotations
 
@@ -30,97 +32,34 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-from arch.bootstrap import StationaryBootstrap
+import torch
 
-from rl_zerosync.evaluation.metrics import sharpe_ratio
-from rl_zerosync.evaluation.overfitting import dsr_from_moments, pbo_cscv, psr_from_moments, spa_test
+from rl_zerosync.evaluation.calibrated import (
+    LEVEL, MIN_CLUSTERS, REPS, block_rule, deflated_sharpe, effective_trials, expected_max_z, panel_interval,
+    psr_calibrated)
+from rl_zerosync.evaluation.overfitting import pbo_cscv
+from rl_zerosync.evaluation.resample import (
+    chunks, cluster_counts, generator, kernel_variance, spa_pvalues, stationary_counts, stats_device)
 from rl_zerosync.evaluation.rules import TUNED_RULES, variants
-from rl_zerosync.evaluation.significance import (
-    MIN_BARS, block_length_for, check_level, check_periods_per_year, check_reps, make_rng, sharpe_power_check,
-    sharpe_standard_error)
 
-LEVEL = 0.95
-"""Nominal coverage of every interval of the block."""
-REPS = 2000
-"""Bootstrap replications of the intervals."""
 SPA_REPS = 1000
 """Bootstrap replications of the SPA test."""
 PBO_BLOCKS = 16
 """CSCV time blocks (all C(16, 8) = 12870 splits)."""
+VALIDATION_RETURNS_DIR = "validation_returns"
+"""In a run directory: one ``<iteration>.npz`` per validation pass (per asset the pass's net returns),
+the candidates of the checkpoint selection (the DSR's trials, the agent's PBO)."""
 
 
-# ------------------------------------------------------------------------------------- intervals
-def _sharpes(x: np.ndarray, p: float) -> np.ndarray:
-    """:func:`sharpe_ratio` of every column of ``x`` (bars on axis 0), 0 where a column is constant."""
-    sd = x.std(axis=0, ddof=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(sd > 0, x.mean(axis=0) / sd * math.sqrt(p), 0.0)
+def independent_series(result) -> bool:
+    """Whether the segment's series are independent draws (no timestamps: the synthetic source's
+    held-out series) rather than assets on one calendar."""
+    return all(ts is None for ts in result.timestamps)
 
 
-def _check_side(nets: Sequence[np.ndarray], name: str) -> list[np.ndarray]:
-    out = [np.asarray(n, dtype=np.float64) for n in nets]
-    if not out:
-        raise ValueError(f"{name}: expected per-asset net returns (at least one asset), got none")
-    for i, r in enumerate(out):
-        if r.ndim != 1 or r.size < MIN_BARS or not np.isfinite(r).all():
-            raise ValueError(f"{name}[{i}]: expected a 1-D array of at least {MIN_BARS} finite per-bar returns, "
-                             f"got shape {r.shape}")
-    return out
-
-
-def mean_sharpe_interval(a: Sequence[np.ndarray], b: Sequence[np.ndarray] | None, periods_per_year: float, *,
-                         level: float = LEVEL, reps: int = REPS, seed: int = 0,
-                         resample_series: bool = False) -> dict[str, Any]:
-    """Interval of the mean over assets of per-asset Sharpes of ``a`` (or, given ``b``, of
-    ``mean SR(a) - mean SR(b)``, paired: asset ``i`` of ``a`` and of ``b`` cover the same bars).
-
-    Stationary block bootstrap over bars (:mod:`arch.bootstrap`), block length the largest
-    Politis-White estimate over the columns (:func:`rl_zerosync.evaluation.significance.block_length_for`).
-    Assets of one length (one period) share one draw of bar indices, which keeps their
-    cross-correlation; assets of different lengths are drawn independently. With one asset this is
-    :func:`~rl_zerosync.evaluation.significance.sharpe_interval` (or ``paired_difference_interval``).
-    ``resample_series``: also draw the series (seeds x assets) with replacement in every replicate,
-    after the bars (two-stage, as ``multi_series_sharpe_interval``'s ``series_and_bars``): the spread
-    between seeds enters beside the bar noise.
-    """
-    xa = _check_side(a, "a")
-    xb = _check_side(b, "b") if b is not None else None
-    if xb is not None and [r.size for r in xa] != [r.size for r in xb]:
-        raise ValueError(f"a, b: expected the same bars per asset (paired), got lengths {[r.size for r in xa]} "
-                         f"and {[r.size for r in xb]}")
-    p = check_periods_per_year(periods_per_year)
-    level, reps = check_level(level), check_reps(reps)
-    rng = make_rng(seed)
-    m = len(xa)
-    groups = [list(range(m))] if len({r.size for r in xa}) == 1 else [[i] for i in range(m)]
-    per_asset = np.zeros((reps, m))
-    blocks = []
-    for g in groups:
-        cols = [xa[i] for i in g] + ([xb[i] for i in g] if xb is not None else [])
-        data = np.column_stack(cols)
-        block, how = block_length_for(data)
-        blocks.append((block, how))
-        stats = StationaryBootstrap(block, data, seed=rng).apply(lambda z: _sharpes(z, p), reps)
-        k = len(g)
-        per_asset[:, g] = stats[:, :k] - (stats[:, k:] if xb is not None else 0.0)
-    if resample_series:
-        draws = rng.integers(0, m, size=(reps, m))
-        reps_stat = np.take_along_axis(per_asset, draws, axis=1).mean(axis=1)
-    else:
-        reps_stat = per_asset.mean(axis=1)
-    estimate = float(np.mean([sharpe_ratio(r, p) for r in xa]))
-    if xb is not None:
-        estimate -= float(np.mean([sharpe_ratio(r, p) for r in xb]))
-    low, high = np.quantile(reps_stat, [(1.0 - level) / 2.0, (1.0 + level) / 2.0])
-    sizes = sorted({f"{bl:.1f}" for bl, _ in blocks}, key=float)
-    shared = "one shared bar draw for all assets" if len(groups) == 1 else "independent bar draws per asset"
-    stage = f"series drawn with replacement ({m} series), then " if resample_series else ""
-    method = (f"{stage}{'paired ' if xb is not None else ''}stationary block bootstrap over bars"
-              f"{' (the same resampled bars for both sides)' if xb is not None else ''}, {shared}, "
-              f"block {'..'.join(dict.fromkeys([sizes[0], sizes[-1]]))} ({blocks[0][1]}), {reps} reps; "
-              f"statistic: mean over {m} {'series' if resample_series else 'asset(s)'} of per-series Sharpe")
-    return {"estimate": estimate, "low": float(low), "high": float(high), "level": level, "method": method,
-            "bars": int(sum(r.size for r in xa)), "assets": m}
+def interval(a, b, result, p: float, seed: int, positions=None) -> dict[str, Any]:
+    """:func:`panel_interval` of ``a`` (or ``a - b``) on ``result``'s series."""
+    return panel_interval(a, b, p, independent_series=independent_series(result), positions=positions, seed=seed)
 
 
 # ---------------------------------------------------------------------------------- segment returns
@@ -170,63 +109,135 @@ def checkpoint_history(run_dir: Path | None, metric: str) -> tuple[list[float], 
     return sharpes, f"{len(sharpes)} validation passes in {path.name}"
 
 
-def count_trials(chooser, run_dir: Path | None, metric: str) -> dict[str, Any]:
-    """The trials behind the report: rule variants searched on ``chooser`` and checkpoints compared
-    on validation, with their validation Sharpes (for the DSR's variance)."""
-    rule_sharpes = [float(chooser.rule_grid[x.label]["sharpe"]) for x in variants()]
-    ckpt_sharpes, source = checkpoint_history(run_dir, metric)
-    ckpt_sharpes = [s for s in ckpt_sharpes if math.isfinite(s)]
-    n_ckpt = max(len(ckpt_sharpes), 1)
-    counted = (f"{len(rule_sharpes)} rule variants searched on {chooser.segment} + {n_ckpt} checkpoint(s) "
-               f"compared on validation ({source}{'; counted as 1' if not ckpt_sharpes else ''})")
-    return {"n": len(rule_sharpes) + n_ckpt, "rule_variants": len(rule_sharpes), "checkpoints": n_ckpt,
-            "counted": counted, "sharpes": rule_sharpes + ckpt_sharpes}
+def save_validation_returns(run_dir: Path, iteration: int, nets: Sequence[np.ndarray]) -> Path:
+    """One validation pass's per-asset net returns into ``<run_dir>/validation_returns/<iteration>.npz``."""
+    folder = Path(run_dir) / VALIDATION_RETURNS_DIR
+    folder.mkdir(exist_ok=True)
+    path = folder / f"{int(iteration):08d}.npz"
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez(tmp, **{f"asset_{i}": np.asarray(n, dtype=np.float32) for i, n in enumerate(nets)})
+    tmp.replace(path)
+    return path
 
 
-# -------------------------------------------------------------------------------------- PSR and DSR
-def _moments(r: np.ndarray, p: float) -> tuple[float, float, float] | None:
-    from scipy import stats
-
-    if not r.std(ddof=1) > 0:
+def validation_passes(run_dir: Path | None) -> np.ndarray | None:
+    """The run's validation passes as ``[bars, passes]`` (assets pooled: bars one after the other),
+    in iteration order; None when the run kept none (:func:`save_validation_returns`)."""
+    folder = Path(run_dir) / VALIDATION_RETURNS_DIR if run_dir is not None else None
+    files = sorted(folder.glob("*[0-9].npz")) if folder is not None and folder.is_dir() else []
+    cols = []
+    for f in files:
+        with np.load(f) as z:
+            cols.append(np.concatenate([z[f"asset_{i}"] for i in range(len(z.files))]).astype(np.float64))
+    if not cols or len({c.size for c in cols}) != 1:
         return None
-    return sharpe_ratio(r, p), float(stats.skew(r)), float(stats.kurtosis(r, fisher=False))
+    return np.column_stack(cols)
 
 
-def psr_dsr(nets: Sequence[np.ndarray], p: float, trials: Mapping[str, Any]) -> tuple[dict, dict]:
-    """PSR (against 0) and DSR (against the expected best of ``trials["n"]`` zero-skill trials) of the
-    pooled ``nets``; both undefined (with the reason) when the returns are constant."""
-    r = pooled(nets)
-    mom = _moments(r, p)
-    if mom is None:
-        why = "undefined: the agent's returns are constant on this segment (it stayed flat)"
-        return {"value": None, "reason": why}, {"value": None, "reason": why, "trials": trials["n"],
-                                                 "trials_counted": trials["counted"]}
-    sr, g3, g4 = mom
-    psr = psr_from_moments(sharpe=sr, n_bars=int(r.size), skew=g3, kurtosis=g4, periods_per_year=p)
-    variance = float(np.var(trials["sharpes"], ddof=1)) if len(trials["sharpes"]) > 1 else 0.0
-    dsr = dsr_from_moments(sharpe=sr, n_bars=int(r.size), skew=g3, kurtosis=g4, periods_per_year=p,
-                           n_trials=int(trials["n"]), trials_sharpe_variance=variance,
-                           trials_counted=trials["counted"])
-    base = {"sharpe_pooled": sr, "bars": int(r.size), "skew": g3, "kurtosis": g4}
-    return ({"value": psr, "benchmark_sharpe": 0.0, **base},
-            {"value": dsr.dsr, "expected_max_sharpe": dsr.expected_max_sharpe, "trials": dsr.n_trials,
-             "trials_sharpe_variance": variance, "trials_counted": dsr.trials_counted, **base})
+def selection_trials(chooser, run_dir: Path | None, metric: str, seed: int = 0,
+                     passes: np.ndarray | None = None) -> dict[str, Any]:
+    """The checkpoint selection behind the report: the selected checkpoint's validation Sharpe
+    (``chooser``, the validation walk) with its calibrated standard error, and the effective number
+    of checkpoints compared (:func:`~rl_zerosync.evaluation.calibrated.effective_trials` over the
+    run's validation passes; without them every pass in ``metrics.jsonl`` counts as independent, the
+    conservative count). ``passes``: the candidates' returns when they come from elsewhere (several
+    runs' passes side by side)."""
+    p = float(chooser.periods_per_year)
+    iv = interval(agent_nets(chooser), None, chooser, p, seed, positions=agent_positions(chooser))
+    passes = validation_passes(run_dir) if passes is None else passes
+    if passes is not None:
+        n, counted = effective_trials(passes)
+        candidates = passes.shape[1]
+    else:
+        history, source = checkpoint_history(run_dir, metric)
+        candidates = max(len(history), 1)
+        n, counted = float(candidates), (f"{candidates} checkpoint(s) compared on validation ({source}), counted as "
+                                         "independent: the run kept no per-pass validation returns (conservative)")
+    return {"n": n, "candidates": candidates, "counted": counted, "selected_validation_sharpe": iv["estimate"],
+            "se": iv["se"], "segment": chooser.segment}
+
+
+def deflate(selections: Sequence[Mapping[str, Any]], se_of_mean: float | None = None) -> dict[str, Any]:
+    """The DSR of one selection, or of the mean of several selections (seeds, folds, each its own):
+    ``Phi((mean SR_sel - mean SR0) / se)`` with ``SR0 = se_trial * E[max of N standard normals]`` per
+    selection (:func:`~rl_zerosync.evaluation.calibrated.deflated_sharpe`: ``V = se_trial**2``, the
+    null spread of a validation Sharpe); ``se_of_mean``: the calibrated standard error of the mean of
+    the selected Sharpes (one selection: its own)."""
+    if len(selections) == 1 and se_of_mean is None:
+        t = selections[0]
+        out = deflated_sharpe(t["selected_validation_sharpe"], t["se"], t["n"])
+    else:
+        sharpe = float(np.mean([t["selected_validation_sharpe"] for t in selections]))
+        sr0 = float(np.mean([t["se"] * expected_max_z(t["n"]) for t in selections]))
+        se = float(se_of_mean if se_of_mean is not None else selections[0]["se"])
+        out = {"value": psr_calibrated(sharpe, se, sr0), "sharpe": sharpe, "expected_max": sr0,
+               "variance": float(np.mean([t["se"] ** 2 for t in selections])),
+               "trials": float(np.mean([t["n"] for t in selections])), "se": se}
+    out["selections"] = len(selections)
+    out["segment"] = selections[0].get("segment", "validation")
+    out["trials_counted"] = "; ".join(dict.fromkeys(str(t["counted"]) for t in selections))
+    return out
+
+
+def agent_positions(result) -> list[np.ndarray]:
+    """Per asset the agent's position on each bar (the block rule's position time)."""
+    return [np.asarray(rec["position"], dtype=np.float64) for rec in result.records]
 
 
 # --------------------------------------------------------------------------------------- SPA and PBO
-def spa_block(result, seed: int = 0) -> dict[str, Any]:
-    """Hansen's SPA on ``result``'s bars: candidates the agent and every tuned rule variant, benchmark
-    buy-and-hold, all pooled over assets."""
+def spa_test_panel(bench: Sequence[np.ndarray], cands: Sequence[Sequence[np.ndarray]], labels: Sequence[str],
+                   independent: bool, *, reps: int = SPA_REPS, seed: int = 0, studentize: bool = True,
+                   positions: Sequence[np.ndarray] | None = None,
+                   device: torch.device | str | None = None) -> dict[str, Any]:
+    """Hansen's SPA of ``H0: no candidate has a higher mean per-bar net return than the benchmark``,
+    per-series returns pooled. Independent series (at least :data:`MIN_CLUSTERS`): whole series
+    drawn with replacement, the variance of the means from the replicates; else a stationary
+    bootstrap over the pooled bars with the block rule, Hansen's kernel variance."""
+    dev = stats_device(device)
+    gen = generator(seed, dev)
+    lengths = [len(b) for b in bench]
+    d_host = np.column_stack([pooled(c) for c in cands]) - pooled(bench)[:, None]
+    d = torch.as_tensor(d_host, dtype=torch.float64, device=dev)
+    t, k = d.shape
+    mean = d_host.mean(axis=0)
+    clusters = independent and len(bench) >= MIN_CLUSTERS
+    if clusters:
+        owner = torch.repeat_interleave(torch.arange(len(lengths), device=dev),
+                                        torch.as_tensor(lengths, device=dev))
+        sums = torch.zeros((len(lengths), k), dtype=torch.float64, device=dev).index_add_(0, owner, d)
+        n_i = torch.as_tensor(lengths, dtype=torch.float64, device=dev)
+        c = cluster_counts(len(lengths), reps, gen)
+        replicated = (c @ sums) / (c @ n_i)[:, None]
+        variance = (replicated.var(dim=0) * t).cpu().numpy()  # host read: k variances
+        how = f"whole series drawn with replacement ({len(lengths)} independent series)"
+    else:
+        block, rule = block_rule([d_host[:, j] for j in range(k)], positions)
+        parts = [(stationary_counts(t, block, size, gen) @ d) / t for size in chunks(reps, t)]
+        replicated = torch.cat(parts)
+        variance = kernel_variance(d_host, block)
+        how = f"stationary bootstrap over the pooled bars, block {block:.1f} ({rule}), Hansen's kernel variance"
+    pv = spa_pvalues(mean, replicated, variance, t, studentize=studentize)
+    best = int(np.argmax(mean))
+    return {"pvalue_lower": pv["lower"], "pvalue_consistent": pv["consistent"], "pvalue_upper": pv["upper"],
+            "rejects_at_5pct": pv["consistent"] < 0.05, "best_candidate": labels[best],
+            "best_mean_excess": float(mean[best]), "candidates": k, "bars": t,
+            "method": f"Hansen SPA on mean per-bar net return, {how}, {reps} reps, "
+                      f"{'studentized' if studentize else 'not studentized'}"}
+
+
+def spa_block(result, benchmark: str, seed: int = 0) -> dict[str, Any]:
+    """Hansen's SPA on ``result``'s bars: benchmark the rule chosen on validation (``benchmark``, its
+    chosen variant), candidates the agent and every other rule variant (and flat when it is not the
+    benchmark)."""
     grid = variant_nets(result)
-    labels = ["agent"] + [x.label for x in variants() if x.rule in TUNED_RULES]
-    cand = np.column_stack([pooled(agent_nets(result))] + [pooled(grid[k]) for k in labels[1:]])
-    res = spa_test(pooled(grid["buy_and_hold"]), cand, reps=SPA_REPS, seed=seed)
-    return {"hypothesis": "H0: no candidate (the agent, the tuned rule variants) has a higher mean per-bar net "
-                          "return than buy-and-hold", "segment": result.segment,
-            "pvalue_consistent": res.pvalue_consistent, "pvalue_lower": res.pvalue_lower,
-            "pvalue_upper": res.pvalue_upper, "rejects_at_5pct": res.rejects(0.05),
-            "best_candidate": labels[res.best_candidate], "candidates": res.n_candidates, "bars": res.n_bars,
-            "method": res.method + "; assets pooled (bars one after the other)"}
+    chosen = result.rule_choice.get(benchmark, benchmark) if benchmark != "flat" else "flat"
+    labels = ["agent"] + [x.label for x in variants() if x.label != chosen] + (["flat"] if chosen != "flat" else [])
+    cands = [agent_nets(result)] + [grid[x] if x != "flat" else rule_nets(result, "flat") for x in labels[1:]]
+    res = spa_test_panel(rule_nets(result, benchmark), cands, labels, independent_series(result), seed=seed,
+                         positions=agent_positions(result))
+    return {"hypothesis": f"H0: no candidate (the agent, the other rule variants) has a higher mean per-bar net "
+                          f"return than the rule chosen on validation ({benchmark}: {chosen})",
+            "benchmark": chosen, "segment": result.segment, **res}
 
 
 def pbo_block(results: Sequence[Any], p: float, seed: int = 0) -> dict[str, Any]:
@@ -236,26 +247,43 @@ def pbo_block(results: Sequence[Any], p: float, seed: int = 0) -> dict[str, Any]
     per = [variant_nets(res) for res in results]
     matrix = np.column_stack([np.concatenate([pooled(g[k]) for g in per]) for k in labels])
     segments = "+".join(res.segment for res in results)
+    return _pbo(matrix, p, seed, segments, "the rule variants")
+
+
+def _pbo(matrix: np.ndarray, p: float, seed: int, segments: str, what: str) -> dict[str, Any]:
+    if matrix.shape[1] < 2:
+        return {"value": None, "segments": segments, "reason": f"{matrix.shape[1]} candidate(s): CSCV needs 2"}
     if len(matrix) < 2 * PBO_BLOCKS:
         return {"value": None, "segments": segments,
                 "reason": f"{len(matrix)} bars: CSCV over {PBO_BLOCKS} blocks needs at least {2 * PBO_BLOCKS}"}
     res = pbo_cscv(matrix, p, n_blocks=PBO_BLOCKS, seed=seed)
     return {"value": res.pbo, "prob_oos_loss": res.prob_oos_loss, "candidates": res.n_candidates,
             "splits": res.n_combinations, "bars": res.n_bars, "segments": segments,
-            "method": res.method + "; candidates: the rule variants; assets pooled within each segment"}
+            "method": res.method + f"; candidates: {what}; assets pooled within each segment"}
+
+
+def agent_pbo(run_dir: Path | None, p: float, seed: int = 0) -> dict[str, Any]:
+    """PBO by CSCV over the agent's own selection: its validation passes (checkpoints) x blocks of
+    the validation segment."""
+    passes = validation_passes(run_dir)
+    if passes is None:
+        return {"value": None, "segments": "validation", "reason": "the run kept no per-pass validation returns"}
+    return _pbo(passes, p, seed, "validation", f"the agent's {passes.shape[1]} validation passes (checkpoints)")
 
 
 # ---------------------------------------------------------------------------------------- power
-def power_block(bars_by_segment: Mapping[str, Sequence[int]], p: float, chooser: str) -> dict[str, Any]:
-    """Per segment the standard error of an annualized Sharpe (at Sharpe 0, bars pooled over
-    assets) and its power check; ``warning``: the chooser's message when it cannot tell Sharpe 1
-    from 0, else None."""
+def power_block(se_by_segment: Mapping[str, tuple[float, int]], chooser: str, target: float = 1.0,
+                z: float = 2.0) -> dict[str, Any]:
+    """Per segment the calibrated standard error of the agent's Sharpe (``se_by_segment``: segment ->
+    (se, bars)) and whether it can tell Sharpe ``target`` from 0 (``z * se < target``); ``warning``:
+    the chooser's message when it cannot, else None."""
     out: dict[str, Any] = {}
-    for segment, bars in bars_by_segment.items():
-        check = sharpe_power_check(list(bars), p)
-        out[segment] = {"bars": check.bars, "assets": len(bars), "standard_error": sharpe_standard_error(list(bars), p),
-                        "can_tell_sharpe_1_from_0": check.ok, "bars_needed": check.bars_needed,
-                        "message": check.message.replace("validation", segment, 1)}
+    for segment, (se, bars) in se_by_segment.items():
+        ok = z * se < target
+        out[segment] = {"standard_error": se, "bars": bars, "can_tell_sharpe_1_from_0": ok,
+                        "message": (f"{segment} {'can' if ok else 'cannot'} tell annualized Sharpe {target:g} from 0: "
+                                    f"{z:g}*SE = {z * se:.2f} {'<' if ok else '>='} {target:g} (calibrated SE over "
+                                    f"{bars} bars){'' if ok else '; use longer segments, more series or more folds'}")}
     chosen = out.get(chooser)
     out["warning"] = None if chosen is None or chosen["can_tell_sharpe_1_from_0"] else chosen["message"]
     return out
@@ -270,123 +298,148 @@ def evidence_block(results: Mapping[str, Any], segments: Sequence[str], run_dir:
                    seed: int = 0) -> dict[str, Any]:
     """The ``evidence`` of a report (module doc). ``results``: segment -> walked
     :class:`~rl_zerosync.evaluation.backtest.EvalResult`; ``segments[0]`` chose, ``segments[-1]`` is
-    reported; ``run_dir`` holds the run's ``metrics.jsonl`` (checkpoints compared)."""
+    reported; ``run_dir`` holds the run's validation passes (the checkpoints compared)."""
     from rl_zerosync.evaluation.backtest import best_rule
 
     chooser, last = results[segments[0]], results[segments[-1]]
     p = float(last.periods_per_year)
-    agent = agent_nets(last)
+    agent, pos = agent_nets(last), agent_positions(last)
     best = best_rule(chooser.baselines)
-    intervals = {"agent": mean_sharpe_interval(agent, None, p, seed=seed)}
+    intervals = {"agent": interval(agent, None, last, p, seed, pos)}
     for rule in ("buy_and_hold", *TUNED_RULES):
-        intervals[rule] = mean_sharpe_interval(rule_nets(last, rule), None, p, seed=seed)
-    intervals["agent_minus_best_rule"] = {
-        "best_rule": best, **mean_sharpe_interval(agent, rule_nets(last, best), p, seed=seed)}
-    intervals["agent_minus_buy_and_hold"] = mean_sharpe_interval(agent, rule_nets(last, "buy_and_hold"), p, seed=seed)
-    trials = count_trials(chooser, run_dir, metric)
-    psr, dsr = psr_dsr(agent, p, trials)
-    bars = {seg: [len(rec["net"]) for rec in results[seg].records] for seg in segments}
-    power = power_block(bars, p, segments[0])
+        intervals[rule] = interval(rule_nets(last, rule), None, last, p, seed)
+    intervals["agent_minus_best_rule"] = {"best_rule": best, **interval(agent, rule_nets(last, best), last, p, seed, pos)}
+    intervals["agent_minus_buy_and_hold"] = interval(agent, rule_nets(last, "buy_and_hold"), last, p, seed, pos)
+    trials = selection_trials(chooser, run_dir, metric, seed)
+    dsr = deflate([trials])
+    psr = {"value": psr_calibrated(intervals["agent"]["estimate"], intervals["agent"]["se"]),
+           "benchmark_sharpe": 0.0, "segment": last.segment, "se": intervals["agent"]["se"]}
+    se_by = {chooser.segment: (trials["se"], sum(len(n) for n in agent_nets(chooser))),
+             last.segment: (intervals["agent"]["se"], intervals["agent"]["bars"])}
     picked = [results[s] for s in dict.fromkeys(segments)]
     return {
         "segment": last.segment, "chosen_on": chooser.segment, "level": LEVEL,
-        "ci_method": intervals["agent"]["method"],
+        "ci_method": intervals["agent"]["method"], "ci_design": intervals["agent"]["design"],
         "intervals": intervals,
         "psr": psr,
         "deflated_sharpe": dsr,
-        "trials": {k: v for k, v in trials.items() if k != "sharpes"},
-        "spa": spa_block(last, seed=seed),
+        "trials": trials,
+        "spa": spa_block(last, best, seed=seed),
         "pbo": pbo_block(picked, p, seed=seed),
-        "power": power,
+        "pbo_agent": agent_pbo(run_dir, p, seed=seed),
+        "power": power_block(se_by, chooser.segment),
     }
 
 
 def summary_keys(evidence: Mapping[str, Any]) -> dict[str, Any]:
     """The report summary's share of the evidence: ``test_sharpe_ci95``, ``agent_minus_best_rule_ci95``,
-    ``deflated_sharpe``, ``trials``, ``ci_method`` (and ``psr``, ``pbo``, ``spa_pvalue``)."""
-    iv = evidence["intervals"]
+    ``deflated_sharpe`` with ``dsr_trials``, ``dsr_variance``, ``dsr_expected_max``, ``trials``,
+    ``ci_method`` (and ``psr``, ``pbo``, ``pbo_agent``, ``spa_pvalue``)."""
+    iv, dsr = evidence["intervals"], evidence["deflated_sharpe"]
     return {"test_sharpe_ci95": _interval_text(iv["agent"]),
             "agent_minus_best_rule_ci95": _interval_text(iv["agent_minus_best_rule"]),
-            "deflated_sharpe": evidence["deflated_sharpe"]["value"],
+            "deflated_sharpe": dsr["value"], "dsr_trials": dsr["trials"], "dsr_variance": dsr["variance"],
+            "dsr_expected_max": dsr["expected_max"], "dsr_sharpe": dsr["sharpe"],
             "psr": evidence["psr"]["value"],
-            "trials": evidence["trials"]["n"],
+            "trials": dsr["trials"],
             "pbo": evidence["pbo"]["value"],
+            "pbo_agent": evidence.get("pbo_agent", {}).get("value"),
             "spa_pvalue": evidence["spa"]["pvalue_consistent"],
             "ci_method": evidence["ci_method"]}
+
+
+SUMMARY_KEYS = ("test_sharpe_ci95", "agent_minus_best_rule_ci95", "deflated_sharpe", "dsr_trials", "dsr_variance",
+                "dsr_expected_max", "dsr_sharpe", "psr", "trials", "pbo", "pbo_agent", "spa_pvalue", "ci_method")
+"""The keys :func:`summary_keys` gives (None when the segment had no evidence)."""
 
 
 def short_text(evidence: Mapping[str, Any]) -> str:
     """A few words for the printed summary line: the agent's interval, the edge's and the DSR."""
     iv = evidence["intervals"]
     a, d = iv["agent"], iv["agent_minus_best_rule"]
-    dsr = evidence["deflated_sharpe"]["value"]
-    dsr_txt = f"DSR {dsr:.2f}" if dsr is not None else "DSR n/a"
-    return (f"95% CI [{a['low']:+.2f}, {a['high']:+.2f}], vs best rule {d['estimate']:+.2f} "
-            f"[{d['low']:+.2f}, {d['high']:+.2f}], {dsr_txt} over {evidence['trials']['n']} trials")
+    dsr = evidence["deflated_sharpe"]
+    dsr_txt = (f"DSR {dsr['value']:.2f} (validation Sharpe {dsr['sharpe']:+.2f} vs expected best "
+               f"{dsr['expected_max']:+.2f} of {dsr['trials']:.1f} effective trials)")
+    return (f"95% CI [{a['low']:+.2f}, {a['high']:+.2f}], vs rule chosen on validation ({d['best_rule']}) "
+            f"{d['estimate']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}], {dsr_txt}")
 
 
 RETURNS_FILE = "returns_{segment}.npz"
-"""Per-bar net returns behind the evidence (agent, best rule, buy-and-hold per asset, the trials'
-validation Sharpes), for pooling over seeds and walk-forward folds."""
+"""Per-bar net returns behind the evidence (agent, rule chosen on validation, buy-and-hold per series,
+the agent's positions and its validation returns, the selection's trials), for pooling over seeds,
+population members and walk-forward folds."""
+_TRIAL_KEYS = ("n", "candidates", "selected_validation_sharpe", "se")
 
 
-def write_returns(out_dir: Path, result, best: str, trials: Mapping[str, Any]) -> Path:
-    """``returns_<segment>.npz`` of ``result`` (:data:`RETURNS_FILE`): arrays ``agent_<i>``,
-    ``best_rule_<i>``, ``buy_and_hold_<i>`` per asset ``i``, ``trial_sharpes``, ``trials``,
-    ``periods_per_year``."""
+def write_returns(out_dir: Path, result, best: str, trials: Mapping[str, Any], chooser) -> Path:
+    """``returns_<segment>.npz`` of ``result`` (:data:`RETURNS_FILE`): per series ``i`` the arrays
+    ``agent_<i>``, ``best_rule_<i>``, ``buy_and_hold_<i>``, ``position_<i>``, per validation series
+    ``validation_<i>`` (the selected checkpoint on ``chooser``), the selection's trials, whether the
+    series are independent and ``periods_per_year``."""
     arrays: dict[str, np.ndarray] = {}
     for side, nets in (("agent", agent_nets(result)), ("best_rule", rule_nets(result, best)),
-                       ("buy_and_hold", rule_nets(result, "buy_and_hold"))):
+                       ("buy_and_hold", rule_nets(result, "buy_and_hold")), ("position", agent_positions(result)),
+                       ("validation", agent_nets(chooser))):
         for i, n in enumerate(nets):
             arrays[f"{side}_{i}"] = np.asarray(n, dtype=np.float64)
     path = Path(out_dir) / RETURNS_FILE.format(segment=result.segment)
-    np.savez(path, trial_sharpes=np.asarray(trials["sharpes"], dtype=np.float64),
-             trials=np.array([trials["rule_variants"], trials["checkpoints"]]),
+    np.savez(path, trials=np.array([float(trials[k]) for k in _TRIAL_KEYS]),
+             trials_counted=np.array(str(trials["counted"])), independent=np.array(independent_series(result)),
              periods_per_year=np.array(float(result.periods_per_year)), **arrays)
     return path
 
 
 def read_returns(eval_dir: Path, segment: str = "test") -> dict[str, Any]:
-    """What :func:`write_returns` wrote into ``eval_dir``: per side the per-asset arrays, the trials."""
+    """What :func:`write_returns` wrote into ``eval_dir``: per side the per-series arrays, the trials."""
     path = Path(eval_dir) / RETURNS_FILE.format(segment=segment)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no per-bar returns of the {segment} segment (written by evaluate "
                                 "since the evidence block; evaluate the run again)")
     with np.load(path) as z:
-        n = sum(1 for k in z.files if k.startswith("agent_"))
-        out: dict[str, Any] = {side: [z[f"{side}_{i}"] for i in range(n)]
-                               for side in ("agent", "best_rule", "buy_and_hold")}
-        out["trial_sharpes"] = list(z["trial_sharpes"])
-        out["rule_variants"], out["checkpoints"] = (int(x) for x in z["trials"])
+        if "trials_counted" not in z.files:
+            raise FileNotFoundError(f"{path}: per-bar returns written before the calibrated evidence (no "
+                                    "trials_counted); evaluate the run again")
+        out: dict[str, Any] = {side: [z[f"{side}_{i}"] for i in range(_count(z.files, side))]
+                               for side in ("agent", "best_rule", "buy_and_hold", "position", "validation")}
+        out["trials"] = {**dict(zip(_TRIAL_KEYS, (float(x) for x in z["trials"]))),
+                         "counted": str(z["trials_counted"]), "segment": "validation"}
+        out["independent"] = bool(z["independent"])
         out["periods_per_year"] = float(z["periods_per_year"])
     return out
 
 
-def pooled_evidence(agent: Sequence[np.ndarray], best: Sequence[np.ndarray], bench: Sequence[np.ndarray],
-                    periods_per_year: float, trials: Mapping[str, Any], *, resample_series: bool,
-                    seed: int = 0) -> dict[str, Any]:
-    """Evidence over several series (seeds x assets, or walk-forward folds stitched per asset):
-    the agent's mean Sharpe, agent - best rule and agent - buy-and-hold (paired), PSR and DSR of
-    all the agent's bars pooled; ``trials`` as :func:`count_trials` gives it."""
+def _count(files: Sequence[str], side: str) -> int:
+    return sum(1 for k in files if k.startswith(side + "_") and k[len(side) + 1:].isdigit())
+
+
+def pooled_evidence(agent, best, bench, periods_per_year: float, *, independent: bool,
+                    selections: Sequence[Mapping[str, Any]], se_of_mean: float | None = None,
+                    positions: Sequence[np.ndarray] | None = None, seed: int = 0) -> dict[str, Any]:
+    """Evidence over several runs: ``agent``, ``best``, ``bench`` as ``[seed][series]`` panels (seeds of
+    one recipe on the same series; or folds stitched per series), every interval by
+    :func:`~rl_zerosync.evaluation.calibrated.panel_interval`; the DSR of the selections behind them
+    (:func:`deflate`; ``se_of_mean``: the calibrated standard error of their mean validation Sharpe)."""
     p = float(periods_per_year)
+    kw = {"independent_series": independent, "seed": seed}
     intervals = {
-        "agent": mean_sharpe_interval(agent, None, p, seed=seed, resample_series=resample_series),
-        "agent_minus_best_rule": mean_sharpe_interval(agent, best, p, seed=seed, resample_series=resample_series),
-        "agent_minus_buy_and_hold": mean_sharpe_interval(agent, bench, p, seed=seed,
-                                                         resample_series=resample_series),
-        "buy_and_hold": mean_sharpe_interval(bench, None, p, seed=seed, resample_series=resample_series),
+        "agent": panel_interval(agent, None, p, positions=positions, **kw),
+        "agent_minus_best_rule": panel_interval(agent, best, p, positions=positions, **kw),
+        "agent_minus_buy_and_hold": panel_interval(agent, bench, p, positions=positions, **kw),
+        "buy_and_hold": panel_interval(bench, None, p, **kw),
     }
-    psr, dsr = psr_dsr(agent, p, trials)
-    return {"level": LEVEL, "ci_method": intervals["agent"]["method"], "intervals": intervals, "psr": psr,
-            "deflated_sharpe": dsr, "trials": {k: v for k, v in trials.items() if k != "sharpes"}}
+    dsr = deflate(selections, se_of_mean)
+    psr = {"value": psr_calibrated(intervals["agent"]["estimate"], intervals["agent"]["se"]), "benchmark_sharpe": 0.0,
+           "se": intervals["agent"]["se"]}
+    trials = {"n": dsr["trials"], "selections": len(selections), "counted": dsr["trials_counted"]}
+    return {"level": LEVEL, "ci_method": intervals["agent"]["method"], "ci_design": intervals["agent"]["design"],
+            "intervals": intervals, "psr": psr, "deflated_sharpe": dsr, "trials": trials}
 
 
 def add_evidence(report: dict, results: Mapping[str, Any], segments: Sequence[str], run_dir: Path | None,
                  metric: str = "sharpe", out_dir: Path | None = None) -> None:
     """``report["evidence"]`` (:func:`evidence_block`, with its ``short`` text for the printed line),
     its :func:`summary_keys` into ``report["summary"]``, and (``out_dir``) the returns behind it
-    (:func:`write_returns`). The power warning stays in ``evidence["power"]["warning"]`` (preflight
-    prints it before training; ``report["warnings"]`` keeps to problems of the evaluated data).
+    (:func:`write_returns`). The power warning stays in ``evidence["power"]["warning"]``.
 
     A segment the statistics cannot take (e.g. fewer than 20 bars per asset) gives
     ``evidence = {"value": None, "reason": ...}``, the summary keys None and a warning on stderr;
@@ -400,15 +453,13 @@ def add_evidence(report: dict, results: Mapping[str, Any], segments: Sequence[st
         evidence = evidence_block(results, segments, run_dir, metric)
     except ValueError as err:
         report["evidence"] = {"value": None, "reason": f"no evidence for this evaluation: {err}"}
-        report["summary"].update(dict.fromkeys(("test_sharpe_ci95", "agent_minus_best_rule_ci95", "deflated_sharpe",
-                                                "psr", "trials", "pbo", "spa_pvalue", "ci_method")))
+        report["summary"].update(dict.fromkeys(SUMMARY_KEYS))
         warn(report["evidence"]["reason"])
         return
     evidence["short"] = short_text(evidence)
     if out_dir is not None:
-        last = results[segments[-1]]
-        trials = count_trials(results[segments[0]], run_dir, metric)
-        path = write_returns(out_dir, last, best_rule(results[segments[0]].baselines), trials)
+        chooser, last = results[segments[0]], results[segments[-1]]
+        path = write_returns(out_dir, last, best_rule(chooser.baselines), evidence["trials"], chooser)
         report.setdefault("outputs", {})[f"returns_{last.segment}"] = str(path)
     report["evidence"] = evidence
     report["summary"].update(summary_keys(evidence))

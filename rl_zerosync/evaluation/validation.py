@@ -29,6 +29,9 @@ SPLIT_BARS = 128
 """Validation walks in time splits of this many bars (all in parallel)..."""
 SPLIT_WARMUP = 64
 """...each starting flat this many bars early (see :class:`~rl_zerosync.evaluation.walk.SegmentWalk`)."""
+NETS_KEY = "_validation_nets"
+"""A pass's per-asset net returns in its metrics (taken out before logging, kept in the run directory:
+:func:`rl_zerosync.evaluation.evidence.save_validation_returns`)."""
 LOGGED = ("sharpe", "total_return", "max_drawdown", "turnover_per_bar")
 """Mean-over-assets metrics logged per validation pass (agent and each rule)."""
 
@@ -132,4 +135,5 @@ class Validator:
             for k in LOGGED:
                 out[f"validation_{rule}_{k}"] = res.baselines[rule]["mean"][k]
         out["validation_best_rule_sharpe"] = res.baselines[best_rule(res.baselines)]["mean"]["sharpe"]
+        out[NETS_KEY] = [rec["net"] for rec in res.records]
         return out

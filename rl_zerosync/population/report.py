@@ -57,25 +57,40 @@ def select(rows: Sequence[dict], metric: str) -> int | None:
 
 
 def _population_evidence(parent: Path, eval_dir: Path, members: int, extra: int = 0) -> dict[str, Any] | None:
-    """The test evidence of the evaluation in ``eval_dir`` (the selected member's, or the ensemble's)
-    with every member's validated checkpoints as trials (``extra``: more candidates compared, e.g. the
-    ensemble beside the single best)."""
-    from rl_zerosync.evaluation.evidence import pooled_evidence, read_returns
+    """The test evidence of the evaluation in ``eval_dir`` (the selected member's, or the ensemble's):
+    calibrated intervals on its series, and the DSR of its validation Sharpe with every member's
+    validation passes as the candidates (the whole population was searched: the effective number of
+    trials over all members' passes together; ``extra``: more candidates compared, e.g. the ensemble
+    beside the single best, each counted as one more independent trial)."""
+    import numpy as np
+
+    from rl_zerosync.evaluation.calibrated import effective_trials
+    from rl_zerosync.evaluation.evidence import pooled_evidence, read_returns, validation_passes
     from rl_zerosync.population.members import member_dir
 
     try:
-        every = [read_returns(member_dir(parent, k) / "evaluation") for k in range(members)]
         mine = read_returns(eval_dir)
     except FileNotFoundError:
         return None
-    n_rules = mine["rule_variants"]
-    ckpts = sum(r["checkpoints"] for r in every) + int(extra)
-    sharpes = list(mine["trial_sharpes"][:n_rules]) + [s for r in every for s in r["trial_sharpes"][n_rules:]]
-    trials = {"n": n_rules + ckpts, "rule_variants": n_rules, "checkpoints": ckpts, "sharpes": sharpes,
-              "counted": f"{n_rules} rule variants searched on validation + {ckpts} candidates compared on "
-                         f"validation over {members} member(s)" + (f" (+{extra} ensemble)" if extra else "")}
-    return pooled_evidence(mine["agent"], mine["best_rule"], mine["buy_and_hold"], mine["periods_per_year"],
-                           trials, resample_series=False)
+    passes = [validation_passes(member_dir(parent, k)) for k in range(members)]
+    trials = dict(mine["trials"])
+    if all(x is not None for x in passes) and len({x.shape[0] for x in passes}) == 1:
+        n, counted = effective_trials(np.column_stack(passes))
+        trials["n"], trials["counted"] = n + extra, f"{counted} over {members} member(s)" + (
+            f" + {extra} ensemble" if extra else "")
+    else:
+        trials["n"] = float(sum(len(checkpoint_history_of(member_dir(parent, k))) or 1 for k in range(members)) + extra)
+        trials["counted"] = (f"every validation pass of {members} member(s) counted as independent (no per-pass "
+                             "returns kept: conservative)" + (f" + {extra} ensemble" if extra else ""))
+    return pooled_evidence([mine["agent"]], [mine["best_rule"]], [mine["buy_and_hold"]], mine["periods_per_year"],
+                           independent=mine["independent"], selections=[trials], positions=mine["position"])
+
+
+def checkpoint_history_of(run_dir: Path) -> list[float]:
+    """A member's validation Sharpes in its ``metrics.jsonl`` (its checkpoints compared)."""
+    from rl_zerosync.evaluation.evidence import checkpoint_history
+
+    return checkpoint_history(run_dir, "sharpe")[0]
 
 
 def _points(pop: PopulationSettings, rows: Sequence[dict], parent: Path) -> list[dict[str, Any]]:

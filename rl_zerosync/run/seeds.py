@@ -113,27 +113,29 @@ def seed_spread(values: Sequence[float]) -> tuple[float, str, list[float]]:
 
 def seeds_evidence(returns: Sequence[dict[str, Any]], seed: int = 0,
                    extra_trials: dict[str, Any] | None = None) -> dict[str, Any]:
-    """:func:`~rl_zerosync.evaluation.evidence.pooled_evidence` over the seeds' test returns (seeds x
-    assets series, seeds and bars resampled; ``returns``: one :func:`read_returns` per seed).
-    ``extra_trials`` (``n``, ``sharpes``, ``counted``): trials made before these runs that chose their
-    config (e.g. a validation sweep), added to the DSR's count."""
+    """:func:`~rl_zerosync.evaluation.evidence.pooled_evidence` over the seeds' test returns (a
+    ``[seed][series]`` panel; ``returns``: one :func:`read_returns` per seed): independent series drawn
+    as clusters with the seeds crossed, series on one calendar by bars. The DSR is the mean of the
+    seeds' selected validation Sharpes against the mean of their expected best (each seed selected
+    among its own checkpoints), with the calibrated standard error of that mean (the seeds' validation
+    returns, the same panel design). ``extra_trials`` (``n``, ``counted``): trials made before these
+    runs that chose their config (e.g. a validation sweep), added to every seed's count."""
+    from rl_zerosync.evaluation.calibrated import panel_interval
     from rl_zerosync.evaluation.evidence import pooled_evidence
 
-    agent = [x for r in returns for x in r["agent"]]
-    best = [x for r in returns for x in r["best_rule"]]
-    bench = [x for r in returns for x in r["buy_and_hold"]]
-    n_rules = returns[0]["rule_variants"]
-    ckpts = sum(r["checkpoints"] for r in returns)
-    sharpes = list(returns[0]["trial_sharpes"][:n_rules]) + [s for r in returns for s in r["trial_sharpes"][n_rules:]]
-    trials = {"n": n_rules + ckpts, "rule_variants": n_rules, "checkpoints": ckpts, "sharpes": sharpes,
-              "counted": f"{n_rules} rule variants searched on validation + {ckpts} checkpoints compared on "
-                         f"validation over {len(returns)} seed(s) (all counted: conservative)"}
+    first = returns[0]
+    selections = [dict(r["trials"]) for r in returns]
     if extra_trials:
-        trials = {**trials, "n": trials["n"] + int(extra_trials["n"]),
-                  "sharpes": sharpes + list(extra_trials["sharpes"]),
-                  "counted": f"{trials['counted']} + {extra_trials['counted']}"}
-    return pooled_evidence(agent, best, bench, returns[0]["periods_per_year"], trials, resample_series=True,
-                           seed=seed)
+        for t in selections:
+            t["n"] = t["n"] + float(extra_trials["n"])
+            t["counted"] = f"{t['counted']} + {extra_trials['counted']}"
+    validation = [r["validation"] for r in returns]
+    se_of_mean = panel_interval(validation, None, first["periods_per_year"], independent_series=first["independent"],
+                                seed=seed)["se"] if len(returns) > 1 else None
+    return pooled_evidence([r["agent"] for r in returns], [r["best_rule"] for r in returns],
+                           [r["buy_and_hold"] for r in returns], first["periods_per_year"],
+                           independent=first["independent"], selections=selections, se_of_mean=se_of_mean,
+                           positions=first["position"], seed=seed)
 
 
 def summarize(per_seed: dict[int, dict[str, Any]], returns: Sequence[dict[str, Any]] | None = None,
@@ -158,6 +160,9 @@ def summarize(per_seed: dict[int, dict[str, Any]], returns: Sequence[dict[str, A
         out["agent_minus_best_rule_ci95"] = [d["low"], d["high"]]
         out["deflated_sharpe"], out["psr"] = ev["deflated_sharpe"]["value"], ev["psr"]["value"]
         out["trials"], out["ci_method"] = ev["trials"]["n"], ev["ci_method"]
+        dsr = ev["deflated_sharpe"]
+        out["dsr_trials"], out["dsr_variance"], out["dsr_expected_max"] = dsr["trials"], dsr["variance"], dsr["expected_max"]
+        out["dsr_sharpe"] = dsr["sharpe"]
     return out
 
 

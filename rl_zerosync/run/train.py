@@ -243,6 +243,11 @@ class TrainLoop:
         it = algo.iteration
         if self.validation_due(it):
             ev = validation if validation is not None else self.validator.validate(algo)
+            nets = ev.pop("_validation_nets", None)  # evaluation.validation.NETS_KEY
+            if nets is not None:  # the checkpoint candidates' returns: the evidence's trials and agent PBO
+                from rl_zerosync.evaluation.evidence import save_validation_returns
+
+                save_validation_returns(run_dir.path, it, nets)
             if selection.update(it, ev):
                 run_dir.save(algo, settings, BEST_DIR, {**selection.state(), "validation": ev})
             ev["best_validation_" + selection.metric] = selection.best_value

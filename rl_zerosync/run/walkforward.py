@@ -283,23 +283,26 @@ def walk_forward_evidence(folds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             by_seed.setdefault(fold.get("seed"), []).append(read_returns(Path(fold["run_dir"]) / "evaluation"))
     except FileNotFoundError as err:
         return {"value": None, "reason": str(err)}
-    agent, best, bench, sharpes = [], [], [], []
-    n_rules = ckpts = 0
+    agent, best, bench, positions = [], [], [], None
+    selections = []
     for runs in by_seed.values():
-        for side, out in (("agent", agent), ("best_rule", best), ("buy_and_hold", bench)):
+        panel = {}
+        for side in ("agent", "best_rule", "buy_and_hold", "position"):
             assets = len(runs[0][side])
-            out += [np.concatenate([r[side][a] for r in runs]) for a in range(assets)]
-        for r in runs:
-            n_rules += r["rule_variants"]
-            ckpts += r["checkpoints"]
-            sharpes += list(r["trial_sharpes"])
+            panel[side] = [np.concatenate([r[side][a] for r in runs]) for a in range(assets)]
+        agent.append(panel["agent"])
+        best.append(panel["best_rule"])
+        bench.append(panel["buy_and_hold"])
+        positions = positions or panel["position"]
+        selections += [r["trials"] for r in runs]
     n_folds = len(next(iter(by_seed.values())))
-    trials = {"n": n_rules + ckpts, "rule_variants": n_rules, "checkpoints": ckpts, "sharpes": sharpes,
-              "counted": f"{n_rules} rule variants ({n_rules // max(len(folds), 1)} searched on validation in each of "
-                         f"{len(folds)} fold run(s)) + {ckpts} checkpoints compared on validation"}
     first = read_returns(Path(folds[0]["run_dir"]) / "evaluation")
-    ev = pooled_evidence(agent, best, bench, first["periods_per_year"], trials, resample_series=len(by_seed) > 1)
-    ev["series"] = (f"{len(by_seed)} seed(s) x {len(agent) // max(len(by_seed), 1)} asset(s), each the test "
+    # The folds' selections are independent (separate periods): the standard error of their mean
+    # validation Sharpe from theirs; seeds on one fold share its validation data (counted as one).
+    se_of_mean = float(np.sqrt(np.mean([t["se"] ** 2 for t in selections]) / max(n_folds, 1)))
+    ev = pooled_evidence(agent, best, bench, first["periods_per_year"], independent=first["independent"],
+                         selections=selections, se_of_mean=se_of_mean, positions=positions)
+    ev["series"] = (f"{len(by_seed)} seed(s) x {len(agent[0])} asset(s), each the test "
                     f"segments of {n_folds} folds stitched in time")
     if 1 < len(by_seed) < 5:
         ev["seeds_note"] = f"{len(by_seed)} seeds: the seed-level part of the interval is poorly estimated"
