@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from rl_zerosync.data import make_market
-from rl_zerosync.data.loaders import resolve_periods_per_year
+from rl_zerosync.data.periods import periods_per_year_report, resolve_periods_per_year
 from rl_zerosync.run.preflight import data_line
 
 FEATURES = {"warmup": 10, "median_window": 20}
@@ -77,3 +77,60 @@ def test_spread_source_and_median_bps_reported(tmp_path):
 def test_synthetic_auto_is_daily():
     m = make_market({"source": "synthetic", "num_assets": 1, "num_bars": 400}, "all")
     assert m.periods_per_year == 252.0 and m.source_info is None
+
+
+def _trading_days(start: str, n: int) -> pd.DatetimeIndex:
+    days = pd.bdate_range(start, periods=n + n // 29 + 1)
+    return days[np.arange(len(days)) % 30 != 29][:n]  # ~252 a year, as above
+
+
+def test_a_hole_in_the_data_is_left_out_of_the_rate(tmp_path):
+    """Daily trading-day bars with a 10-year hole: 252, not the ~80 bars per calendar year spanned."""
+    stamps = _trading_days("2000-01-03", 300).append(_trading_days("2012-01-02", 300))
+    p = _csv(tmp_path / "hole.csv", stamps.strftime("%Y-%m-%d"))
+    m = make_market({"source": "csv", "paths": [p], "features": FEATURES}, "all")
+    assert (len(stamps) - 1) / ((stamps[-1] - stamps[0]).days / 365.2425) < 100  # what (n - 1) / span says
+    info = m.source_info
+    assert m.periods_per_year == 252.0 and info["warnings"] == []
+    assert "1 gap(s) longer than 10 bars and 7 days left out" in info["periods_per_year_source"]
+    assert "bars 1 days apart" in info["periods_per_year_source"]
+
+
+def test_equity_hours_with_nights_and_weekends_are_a_convention(tmp_path):
+    days = pd.bdate_range("2021-01-04", periods=200)
+    stamps = pd.DatetimeIndex([d + pd.Timedelta(minutes=570 + 60 * h) for d in days for h in range(7)])
+    value, source, warnings = periods_per_year_report("auto", [stamps.to_numpy()], ["spy"])
+    assert value == 1764.0 and warnings == [] and "bars 1 hours apart" in source  # 252 x 7, nights kept
+
+
+@pytest.mark.parametrize("other", ["hourly", "calendar days"])
+def test_assets_at_different_rates_are_refused_naming_each(tmp_path, other):
+    a = _csv(tmp_path / "daily.csv", _trading_days("2020-01-01", 400).strftime("%Y-%m-%d"))
+    stamps = (pd.date_range("2020-01-01", periods=400, freq="h") if other == "hourly"
+              else pd.date_range("2020-01-01", periods=400, freq="D"))
+    b = _csv(tmp_path / "other.csv", stamps.strftime("%Y-%m-%d %H:%M:%S"), seed=1)
+    with pytest.raises(ValueError) as err:
+        make_market({"source": "csv", "paths": [a, b], "features": FEATURES}, "all")
+    msg = str(err.value)
+    assert msg.startswith("data.periods_per_year: 'auto' found the assets at different bar rates per year")
+    assert "'daily' 25" in msg and "'other' " in msg and "set data.periods_per_year" in msg
+    both = make_market({"source": "csv", "paths": [a, b], "features": FEATURES, "periods_per_year": 252}, "all")
+    assert both.periods_per_year == 252.0  # an explicit number is the user's choice
+
+
+def test_a_rate_of_no_convention_is_a_warning(tmp_path, capsys):
+    from rl_zerosync.config.settings import from_dict
+    from rl_zerosync.run.preflight import check
+
+    stamps = pd.date_range("2020-01-01", periods=600, freq="2h")  # 4,383 a year
+    p = _csv(tmp_path / "two_hours.csv", stamps.strftime("%Y-%m-%d %H:%M:%S"))
+    m = make_market({"source": "csv", "paths": [p], "features": FEATURES}, "all")
+    assert m.periods_per_year == 4383.0
+    (w,) = m.source_info["warnings"]
+    assert "inferred 4,382.9 bars per year, within 5% of no convention" in w and "set data.periods_per_year" in w
+    s = from_dict({"run": {"dir": str(tmp_path / "runs"), "evaluate": False},
+                   "algo": {"num_gpus_per_learner": 0, "num_envs_per_runner": 8, "rollout_length": 16},
+                   "data": {"source": "csv", "paths": [p], "features": FEATURES, "spread_bps": 5.0},
+                   "env": {"episode_len": 32, "window": 8}, "runner": {"device": "cpu"}}, source="w.yaml")
+    check(s, log=False)
+    assert f"warning: data: {w}" in capsys.readouterr().err.splitlines()

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
@@ -78,6 +79,8 @@ def data_dir(tmp_path_factory) -> Path:
     _write_bars(d / "epoch_seconds.csv", edit=lambda f, i: f.__setitem__("Date", np.arange(len(f)) + 1_600_000_000))
     (d / "other").mkdir()
     _write_csv(d / "other" / "good.csv", n=610)  # another file of stem "good"
+    _write_bars(d / "hourly.csv", edit=lambda f, i: f.__setitem__(
+        "Date", pd.date_range("2020-01-01", periods=len(f), freq="h").strftime("%Y-%m-%d %H:%M")))
     (d / "a_folder.csv").mkdir()
     (d / "a_file").write_text("not a folder")
     (d / "noclose.csv").write_text((d / "good.csv").read_text().replace("Date,Close", "Date,Price", 1))
@@ -218,6 +221,9 @@ CASES = [
     ("same-file-twice", lambda d: _csv_cfg(d, data={"paths": [str(d / "good.csv"), str(d / "." / "good.csv")],
                                                     "names": ["a", "b"]}),
      ["data.paths: entries 0 and 1", "are the same file", "list each file once"]),
+    ("periods-disagree", lambda d: _csv_cfg(d, data={"paths": [str(d / "good.csv"), str(d / "hourly.csv")]}),
+     ["data.periods_per_year: 'auto' found the assets at different bar rates", "'good' 365", "'hourly' 8,76",
+      "set data.periods_per_year"]),
     ("synthetic-short", lambda d: {"run": {"dir": str(d / "runs")}, "algo": {"num_gpus_per_learner": 0},
                                    "data": {"source": "synthetic", "num_assets": 2, "num_bars": 400},
                                    "env": {"episode_len": 128}, "runner": {"device": "cpu"}},

@@ -42,11 +42,12 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from rl_zerosync.data.loaders import check_periods_per_year, check_spread_keys
+from rl_zerosync.data.loaders import check_spread_keys
 from rl_zerosync.data.market import (
     DEFAULT_MAX_ABS_LOG_RETURN, SPLITS, FeatureConfig, MarketData, check_fractions, check_market_log_returns,
     check_max_abs_log_return, check_window,
 )
+from rl_zerosync.data.periods import check_periods_per_year
 
 SOURCES = ("synthetic", "csv", "parquet")
 SYNTHETIC_PERIODS_PER_YEAR = 252.0

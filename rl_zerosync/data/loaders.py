@@ -20,12 +20,11 @@ Relative spread per bar, by ``spread_source``:
   ``spread_bps`` is set, else ValueError.
 
 ``periods_per_year`` (annualization of Sharpe, volatility and returns): a number, or ``"auto"``
-(the default): with timestamps, the observed bars per calendar year, ``(n - 1) / span`` per asset
-(span in years of 365.2425 days), median over assets, snapped to a common convention within 5%
-(12 monthly, 52 weekly, 252 trading days, 365 calendar days, 1,638 = 252 x 6.5 equity hours,
-1,764 = 252 x 7, 8,760 hours, 98,280 = 252 x 390 equity minutes, 525,600 minutes), else rounded;
-without timestamps 252 (trading days), and the returned market says it was assumed. The choice
-and the spread source with its median in bps per asset are in ``MarketData.source_info``.
+(the default): with timestamps, the bars per year over the time the data covers (holes in it left
+out), assets checked to agree, snapped to a common convention within 5% or rounded with a warning
+(:mod:`rl_zerosync.data.periods`); without timestamps 252 (trading days), and the returned market
+says it was assumed. The choice, its warnings and the spread source with its median in bps per
+asset are in ``MarketData.source_info``.
 
 Asset names are the file stems (or the ``asset_column`` values) unless ``names`` gives them; two
 assets with one name (two files of one stem in different folders, one file listed twice) are refused
@@ -49,6 +48,7 @@ import numpy as np
 from rl_zerosync.data.market import (
     FeatureConfig, MarketData, build_market, check_log_returns, check_max_abs_log_return,
 )
+from rl_zerosync.data.periods import check_periods_per_year, periods_per_year_report
 
 COLUMN_KEYS = ("timestamp", "open", "high", "low", "close", "bid", "ask")
 _AUTO_NAMES = {"timestamp": ("timestamp", "date", "datetime", "time")}
@@ -119,7 +119,7 @@ def load_market(
         asset_names = [str(n) for n in names]
     check_distinct_names(asset_names, origins, given=names is not None, asset_column=asset_column)
     has_ts = all(t is not None for t in stamps)
-    ppy, ppy_source = resolve_periods_per_year(periods_per_year, stamps if has_ts else None)
+    ppy, ppy_source, ppy_warnings = periods_per_year_report(periods_per_year, stamps if has_ts else None, asset_names)
     kept = execution_prices(bar_prices)
     market = build_market(closes, spreads, names=asset_names, features=features,
                           timestamps=stamps if has_ts else None, periods_per_year=ppy, device=device,
@@ -134,6 +134,7 @@ def load_market(
         "spread_range_bps": {n: [float(np.min(sp[1:]) * 1e4), float(np.max(sp[1:]) * 1e4)]
                              for n, sp in zip(asset_names, spreads)},
         "execution_prices": list(kept),
+        "warnings": ppy_warnings,
     }
     if max_spread_bps is not None:
         info["bars_at_cap"] = {n: int(np.sum(sp[1:] >= max_spread_bps * 1e-4)) for n, sp in zip(asset_names, spreads)}
@@ -218,59 +219,6 @@ def execution_prices(bar_prices: Sequence[Mapping[str, np.ndarray]]) -> tuple[st
     have = lambda k: all(k in p for p in bar_prices)  # noqa: E731
     kept = ("open",) if have("open") else ()
     return kept + (("high", "low") if have("high") and have("low") else ())
-
-
-PERIODS_PER_YEAR_CONVENTIONS = (12.0, 52.0, 252.0, 365.0, 252.0 * 6.5, 252.0 * 7.0, 8760.0, 252.0 * 390.0,
-                                525600.0)
-"""Bars per year that ``"auto"`` snaps to when the observed rate is within 5% of one."""
-
-
-def check_periods_per_year(value: Any) -> None:
-    """``data.periods_per_year``: a finite number > 0 or ``"auto"`` (ValueError naming the key)."""
-    if value == "auto":
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"data.periods_per_year: expected a finite number > 0 or 'auto', got {value!r}")
-
-
-PLAUSIBLE_PERIODS_PER_YEAR = (1.0, 1e6)
-"""Bars per year that ``"auto"`` may infer (one a year to one every ~32 seconds); outside it the
-timestamps are read wrongly (e.g. epochs in another unit) or the bars need an explicit number."""
-
-
-def check_inferred_periods_per_year(observed: float) -> None:
-    """ValueError when the bars per year inferred from the timestamps are outside
-    ``PLAUSIBLE_PERIODS_PER_YEAR``: never annualize with such a number."""
-    lo, hi = PLAUSIBLE_PERIODS_PER_YEAR
-    if not lo <= observed <= hi:
-        raise ValueError(
-            f"data.periods_per_year: 'auto' inferred {observed:.6g} bars per year from the timestamps, outside "
-            f"the plausible {lo:g}..{hi:g}: check how the timestamps are read (data.timestamp_unit for integer "
-            "epochs) or set data.periods_per_year")
-
-
-def resolve_periods_per_year(value: float | str, timestamps: Sequence[np.ndarray] | None) -> tuple[float, str]:
-    """(bars per year, where it came from) for ``value`` (a number, or ``"auto"``; see the module doc)."""
-    check_periods_per_year(value)
-    if value != "auto":
-        return float(value), "data.periods_per_year"
-    if timestamps is None:
-        return 252.0, "assumed 252 (trading days): the data has no timestamps; set data.periods_per_year"
-    year = np.timedelta64(int(365.2425 * 86400), "s")
-    rates, spans = [], []
-    for ts in timestamps:
-        span = (ts[-1] - ts[0]) / year  # years, float
-        if len(ts) >= 2 and span > 0:
-            rates.append((len(ts) - 1) / span)
-            spans.append(span)
-    if not rates:
-        return 252.0, "assumed 252 (trading days): the timestamps span no time; set data.periods_per_year"
-    observed = float(np.median(rates))
-    check_inferred_periods_per_year(observed)
-    near = min(PERIODS_PER_YEAR_CONVENTIONS, key=lambda c: abs(observed / c - 1.0))
-    chosen = near if abs(observed / near - 1.0) <= 0.05 else float(round(observed))
-    return chosen, (f"inferred from timestamps: {observed:,.1f} bars per year observed (median over "
-                    f"{len(rates)} asset(s), {float(np.median(spans)):.2f} years each), set to {chosen:g}")
 
 
 def corwin_schultz(high: np.ndarray, low: np.ndarray) -> np.ndarray:

@@ -221,6 +221,8 @@ def _check_data(settings, *, segments: bool = True) -> tuple[dict[str, Any], flo
     if full.source_info is not None:
         out["data"] = dict(full.source_info)
         print(data_line(full.source_info), flush=True)
+        for w in full.source_info.get("warnings") or []:
+            print(f"warning: data: {w}", file=sys.stderr, flush=True)
     spreads, execution = _spread_and_execution_lines(full, cfg, params)
     if "data" in out:  # file data: how it was read, its spreads and how orders execute on it
         out["data"].update(spreads=spreads, execution=execution)
