@@ -496,7 +496,8 @@ def population_cpu_quick(r) -> str:
     """P members as one population process vs the same members as processes (``population_cpu_quick.json``)."""
     cores = r.get("hardware", {}).get("cpu_count", "?")
     out = [_head(r, gpu=f"CPU (no GPU), {cores} cores"),
-           "| run | members | wall s (train + validate + test) | env steps/s, whole run | env steps/s, steady "
+           f"| run | members | wall s (train + {'validate + ' if (r.get('settings') or {}).get('run', {}).get('eval_every', 1) else ''}test) "
+           "| env steps/s, whole run | env steps/s, steady "
            "| agents/hour |",
            "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for x in r["runs"]:
@@ -505,7 +506,9 @@ def population_cpu_quick(r) -> str:
         out.append(f"| {label} | {x['p']} | {x['wall_s']:.1f} | {x['env_steps_per_s']:,.0f} "
                    f"| {x['steady_env_steps_per_s']:,.0f} | {x['agents_per_hour']:,.0f} |")
     c, sm = r["comparison"], r["summary"]
-    out += ["", f"{c['p']} members: one population process trains, validates and tests "
+    validates = (r.get("settings") or {}).get("run", {}).get("eval_every", 1)
+    what = "trains, validates and tests" if validates else "trains and tests (no validation passes: run.eval_every 0)"
+    out += ["", f"{c['p']} members: one population process {what} "
             f"{c['agents_per_hour_vs_processes']:.2f}x the agents per hour of {c['p']} processes run "
             f"{c['parallel']} at a time (wall ratio {c['wall_ratio_vs_processes']:.2f}); one run of each, same machine."]
     return "\n".join(out)

@@ -169,9 +169,14 @@ def test_a_destructive_learning_rate_is_never_selected(tmp_path):
     rows = report["per_member"]
     assert rows[1]["hyperparameters"] == {"algo.lr": 5.0}
     assert report["selection"]["member"] in (0, 2) and report["leaderboard"][-1] == 1, report["leaderboard"]
-    assert report["selection"]["reads"] == "validation only"
     best = max(rows, key=lambda r: r["best_validation_sharpe"])
     assert best["member"] == report["selection"]["member"]
+    # Selection reads validation only: with every member's test numbers reversed it picks the same member.
+    from rl_zerosync.population.report import select
+
+    reversed_test = [{**r, "test": {k: -v if isinstance(v, (int, float)) else v for k, v in r.get("test", {}).items()}}
+                     for r in rows]
+    assert select(reversed_test, "sharpe") == report["selection"]["member"]
 
 
 def test_pbt_copies_weights_and_adam_state_from_top_to_bottom(tmp_path):

@@ -115,8 +115,40 @@ def evaluate_policy(
     result = walk_result(walk, walk.run(lambda obs, state: policy_fn(obs), key=graph_key))
     add_prices(result, walk)
     if baselines:
-        add_baselines(result, *rule_metrics(RuleWalk(data, params, routing)), rule_choice=rule_choice)
+        add_baselines(result, *cached_rule_metrics(data, params, routing), rule_choice=rule_choice)
     return result
+
+
+RULE_CACHE_SIZE = 8
+"""Segments whose rule walks a process keeps (:func:`cached_rule_metrics`)."""
+_RULE_CACHE: "dict[tuple, tuple[dict, dict]]" = {}
+
+
+def data_fingerprint(data: MarketData) -> str:
+    """SHA-256 of a segment's content: every tensor field, the valid starts and lengths, the asset
+    names and the bars per year (one host copy of the segment)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name in data.present_fields:
+        t = getattr(data, name)
+        h.update(name.encode())
+        h.update(t.detach().cpu().contiguous().numpy().tobytes())  # host read: the segment once, for its key
+    h.update(repr((data.asset_names, float(data.periods_per_year), data.segment)).encode())
+    return h.hexdigest()
+
+
+def cached_rule_metrics(data: MarketData, params: EnvParams, routing: Optional[Mapping[str, float]]):
+    """:func:`rule_metrics` of every rule variant on ``data``, walked once per process for a segment
+    of the same content (:func:`data_fingerprint`), env parameters and routing: every evaluation of the
+    same data (population members, checkpoints, re-evaluations) reuses the first one's walk. The
+    returned dicts are shared: read them, do not change them."""
+    key = (data_fingerprint(data), repr(params), tuple(sorted((routing or {}).items())), str(data.device))
+    if key not in _RULE_CACHE:
+        if len(_RULE_CACHE) >= RULE_CACHE_SIZE:
+            _RULE_CACHE.pop(next(iter(_RULE_CACHE)))
+        _RULE_CACHE[key] = rule_metrics(RuleWalk(data, params, routing))
+    return _RULE_CACHE[key]
 
 
 def walk_result(walk: SegmentWalk, records: Mapping[str, np.ndarray], replica: int = 0) -> EvalResult:
