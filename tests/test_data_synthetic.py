@@ -1,5 +1,8 @@
-"""Synthetic market: determinism, regimes, volatility-linked spreads, causal features, a learnable signal."""
+"""Synthetic market: determinism, regimes, volatility-linked spreads, causal features, a learnable signal;
+the vectorised generator against the loop over bars (bit for bit) and the sealed held-out series."""
 from __future__ import annotations
+
+import hashlib
 
 import numpy as np
 import pytest
@@ -9,7 +12,8 @@ from rl_zerosync.envs import EnvParams
 from rl_zerosync.data import make_market, synthetic_market
 from rl_zerosync.evaluation.backtest import evaluate_policy
 from rl_zerosync.data.market import FeatureConfig
-from rl_zerosync.data.synthetic import REVERT, TREND, synthetic_series
+from rl_zerosync.data.data_settings import heldout_seed
+from rl_zerosync.data.synthetic import REVERT, TREND, synthetic_series, synthetic_series_loop
 
 
 def test_same_seed_same_series_and_shapes():
@@ -102,3 +106,57 @@ def test_momentum_rule_earns_a_positive_sharpe_net_of_costs_and_random_loses():
     assert mom["sharpe"] > 0.5, mom
     assert rnd["sharpe"] < 0.0, rnd
     assert mom["cost_total"] > 0.0
+
+
+MODELS = [
+    {},
+    {"vol_persistence": 0.999, "revert_strength": 0.95},   # slow contractions: long warm-ups
+    {"vol_persistence": 0.0, "revert_strength": 0.0},      # none: the paths have no memory
+    {"vol_persistence": 0.3, "vol_of_vol": 0.0, "trend_drift": 0.0},
+    {"p_stay_trend": 1.0, "p_stay_revert": 0.0},           # every chain goes to TREND and stays
+    {"p_stay_trend": 0.0, "p_stay_revert": 1.0},
+    {"p_stay_trend": 0.5, "p_stay_revert": 0.5},           # equal: no bar forgets the state
+    {"p_stay_trend": 0.3, "p_stay_revert": 0.9},
+]
+
+
+def _same_bits(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape and a[k].flags.c_contiguous, k
+        assert a[k].tobytes() == b[k].tobytes(), k
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("assets, bars, seed", [(1, 2, 0), (3, 5, 1), (2, 700, 7), (5, 3001, 2**40 + 3)])
+def test_generator_is_the_loop_over_bars_bit_for_bit(model, assets, bars, seed):
+    _same_bits(synthetic_series(assets, bars, seed, **model), synthetic_series_loop(assets, bars, seed, **model))
+
+
+@pytest.mark.parametrize("assets, bars, seed", [(8, 20000, 0), (8, 20000, 12345), (32, 3000, 5)])
+def test_generator_is_the_loop_at_the_sizes_local_yaml_draws(assets, bars, seed):
+    """The training series (8 x 20,000) and the held-out test set's shape (32 x 3,000)."""
+    _same_bits(synthetic_series(assets, bars, seed), synthetic_series_loop(assets, bars, seed))
+
+
+def test_sealed_heldout_series_of_local_yaml_are_the_recorded_ones():
+    """local.yaml's sealed validation (8 x 3,000) and test (32 x 3,000) series, pinned with values
+    drawn by the loop over bars before the generator was vectorised: regimes to the bit (uniform
+    draws and comparisons only), closes and spreads to 1e-12."""
+    for segment, n, regime_sha, closes, spread in (
+        ("validation", 8, "71f534ed85b223ce2c2028a62131253bf2e914b2b713704d620029d42f1e8987",
+         (58.57655705296394, 373.166198923144), 0.0005132499129880226),
+        ("test", 32, "f4dea52a0c35a9162fd7506e730c8f1e522fb286447521a6ef00f88735d652fc",
+         (29.16160746064306, 194.19203597546903), 0.000354585172599187),
+    ):
+        raw = synthetic_series(n, 3000, heldout_seed(0, segment))
+        assert hashlib.sha256(raw["regime"].tobytes()).hexdigest() == regime_sha, segment
+        assert (raw["close"][0, -1], raw["close"][-1, 1500]) == pytest.approx(closes, rel=1e-12), segment
+        assert raw["spread"][1, 2999] == pytest.approx(spread, rel=1e-12), segment
+
+
+def test_loop_reference_takes_the_same_keywords():
+    with pytest.raises(ValueError, match="data.synthetic: unknown model keyword"):
+        synthetic_series_loop(1, 10, drift=0.1)
+    with pytest.raises(ValueError, match="p_stay_trend"):
+        synthetic_series_loop(1, 100, p_stay_trend=1.5)
