@@ -4,13 +4,14 @@ With ``data.regenerate_every = N > 0`` (synthetic source), an env runner trains 
 ``num_bars`` bars drawn with generator seed :func:`training_seed` ``(data.seed, run seed, runner,
 generation)``, a new generation every N rollouts, while validation and test stay the held-out
 segments of series ``data.seed`` (never used for training in this mode). The regime model and the
-features are the same. The next generation is built in a separate process while the current one
-trains (the generator is a Python loop over bars; in the training process it would hold the GIL),
-and is swapped into the env's device tensors in place (shapes never change), so a captured
-rollout graph stays valid.
+features are the same. The next :data:`PREFETCH` generations are built in a separate process while
+the current one trains (a generation's draws and features are host work that would otherwise hold
+the training process's GIL), and each is swapped into the env's device tensors in place (shapes
+never change), so a captured rollout graph stays valid.
 """
 from __future__ import annotations
 
+import collections
 import concurrent.futures as cf
 import multiprocessing as mp
 from typing import Any, Mapping, Optional
@@ -20,6 +21,11 @@ import torch
 
 from rl_zerosync.data.data_settings import make_market
 from rl_zerosync.data.market import MarketData
+
+PREFETCH = 2
+"""Generations built ahead by the prefetch process: while one waits to be swapped in, the next is
+built, so a generation that builds slower than ``regenerate_every`` iterations once does not stall
+training."""
 
 
 def training_seed(data_seed: int, run_seed: int, runner: int, generation: int) -> int:
@@ -43,7 +49,7 @@ def _host_fields(data_cfg: Mapping[str, Any], seed: int) -> dict[str, np.ndarray
 
 
 class FreshSeries:
-    """Generations of training series for one env runner, the next one prefetched in a process."""
+    """Generations of training series for one env runner, the next :data:`PREFETCH` built ahead in a process."""
 
     def __init__(self, data_cfg: Mapping[str, Any], run_seed: int, runner: int, *, prefetch: bool = True) -> None:
         from rl_zerosync.data.data_settings import DataSettings  # the defaults (config imports this module)
@@ -53,7 +59,7 @@ class FreshSeries:
         self.run_seed, self.runner = int(run_seed), int(runner)
         self.generation = 0
         self._pool: Optional[cf.ProcessPoolExecutor] = None
-        self._next: Optional[cf.Future] = None
+        self._ahead: collections.deque[cf.Future] = collections.deque()  # generations after self.generation, in order
         if prefetch:
             self._pool = cf.ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn"))
 
@@ -61,20 +67,21 @@ class FreshSeries:
         return training_seed(self.data_seed, self.run_seed, self.runner, generation)
 
     def first(self) -> MarketData:
-        """Generation 0 (built here), and generation 1 submitted."""
+        """Generation 0 (built here), and generations 1 to :data:`PREFETCH` submitted."""
         market = build_training_market(self.cfg, self.seed_of(0))
-        self._submit(1)
+        for generation in range(1, PREFETCH + 1):
+            self._submit(generation)
         return market
 
     def _submit(self, generation: int) -> None:
         if self._pool is not None:
-            self._next = self._pool.submit(_host_fields, self.cfg, self.seed_of(generation))
+            self._ahead.append(self._pool.submit(_host_fields, self.cfg, self.seed_of(generation)))
 
     def advance(self, data: MarketData) -> int:
         """Copy the next generation into ``data``'s tensors in place; returns its number."""
         self.generation += 1
-        if self._next is not None:
-            fields = self._next.result()
+        if self._ahead:
+            fields = self._ahead.popleft().result()
         else:
             fields = _host_fields(self.cfg, self.seed_of(self.generation))
         for f in data.present_fields:  # the series fields and open/high/low when the data has them
@@ -84,10 +91,11 @@ class FreshSeries:
                 raise ValueError(f"data.regenerate_every: generation {self.generation} has {f} of shape "
                                  f"{tuple(src.shape)}, expected {tuple(dst.shape)}")
             dst.copy_(torch.from_numpy(src))
-        self._submit(self.generation + 1)
+        self._submit(self.generation + PREFETCH)
         return self.generation
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
+            self._ahead.clear()
