@@ -30,13 +30,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import reprlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from rl_zerosync.actions import ACTION_MODES
 
 __all__ = ["ALGO_KEYS", "API", "DEFAULT_HIDDEN", "FILE_DEFAULTS", "LEARNER_KEYS", "MODEL_KEYS", "REFUSED_RLLIB_NAMES",
-           "RLLIB_ALIASES", "AlgoKey", "ModelKey", "Preset", "algo_key_of", "check_model_value",
+           "RLLIB_ALIASES", "AlgoKey", "ModelKey", "Preset", "algo_key_of", "bounded_repr", "check_model_value",
            "check_positive_number"]
 
 DEFAULT_HIDDEN: Tuple[int, ...] = (256, 256)
@@ -186,6 +187,21 @@ def algo_key_of(rllib: str) -> Optional[str]:
 
 
 # ---------------------------------------------------------------- rules
+SHOWN_CHARS = 200
+"""The most characters of a value a rule's message shows (:func:`bounded_repr`)."""
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxlong, _SHOWN.maxother = 3, 80, 40, 80
+_SHOWN.maxlist = _SHOWN.maxtuple = _SHOWN.maxdict = _SHOWN.maxset = _SHOWN.maxfrozenset = _SHOWN.maxdeque = 8
+
+
+def bounded_repr(value: Any) -> str:
+    """``repr(value)`` for an error message, bounded whatever the value: at most 3 levels of nesting,
+    8 items per container, 80 characters per string, then cut at ``SHOWN_CHARS`` (``...`` marks what
+    was left out). Small values read as ``repr`` does."""
+    text = _SHOWN.repr(value)
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 3] + "..."
+
+
 @dataclass(frozen=True)
 class ModelKey:
     """The rule of one ``model`` key (a row of :data:`MODEL_KEYS`)."""
@@ -200,8 +216,8 @@ class ModelKey:
     def settings_message(self, value: Any) -> str:
         """What the loader says after ``<file>: model.<key>:``."""
         if self.choices:
-            return f"got {value!r}; allowed: {', '.join(self.choices)}"
-        return f"expected {self.expected}, got {value!r}"
+            return f"got {bounded_repr(value)}; allowed: {', '.join(self.choices)}"
+        return f"expected {self.expected}, got {bounded_repr(value)}"
 
 
 def _positive_ints(value: Any) -> bool:
@@ -232,7 +248,7 @@ def check_model_value(key: str, value: Any) -> None:
     """The rule of ``model_config[key]``, wherever it is read (the Q module, ``ZeroSyncDQNConfig.validate``,
     the env runner): ValueError ``model_config['<key>'] must be <expected>, got <value>``."""
     if not MODEL_KEYS[key].allows(value):
-        raise ValueError(f"model_config[{key!r}] must be {MODEL_KEYS[key].expected}, got {value!r}")
+        raise ValueError(f"model_config[{key!r}] must be {MODEL_KEYS[key].expected}, got {bounded_repr(value)}")
 
 
 def check_positive_number(name: str, value: object) -> None:
@@ -240,6 +256,6 @@ def check_positive_number(name: str, value: object) -> None:
     settings file or ``ZeroSyncDQNConfig``): a finite number > 0 (not a bool; an infinite replay ratio
     or restart wait never ends). ValueError naming ``name``."""
     if isinstance(value, bool) or not (isinstance(value, (int, float)) and value > 0):
-        raise ValueError(f"{name} must be a number > 0, got {value!r}")
+        raise ValueError(f"{name} must be a number > 0, got {bounded_repr(value)}")
     if not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+        raise ValueError(f"{name} must be a finite number > 0, got {bounded_repr(value)}")

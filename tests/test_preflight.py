@@ -144,6 +144,18 @@ def _assert_one_line_error(rc: int, err: str, wall: float, needles) -> None:
     assert ray is None or not ray.is_initialized()
 
 
+def _with_text(cfg: dict, text: str) -> str:
+    """``cfg`` as YAML with ``text`` (more YAML lines) after it."""
+    return yaml.safe_dump(cfg, sort_keys=False) + text
+
+
+def _alias_bomb(levels: int = 9, width: int = 9) -> str:
+    """``model:`` whose ``hidden`` is ``width ** levels`` ints written in about a kilobyte of nested aliases."""
+    parts = ["&l0 [" + ", ".join(["16"] * width) + "]"]
+    parts += [f"&l{i} [" + ", ".join([f"*l{i - 1}"] * width) + "]" for i in range(1, levels)]
+    return "model:\n  hidden: [" + ", ".join(parts) + "]\n"
+
+
 # (id, config (dict from data_dir, or raw YAML text), needles in the error line)
 CASES = [
     ("yaml-type", lambda d: _csv_cfg(d, algo={"batch_size": "big"}), ["pf.yaml", "algo.batch_size", "expected int"]),
@@ -224,6 +236,10 @@ CASES = [
     ("periods-disagree", lambda d: _csv_cfg(d, data={"paths": [str(d / "good.csv"), str(d / "hourly.csv")]}),
      ["data.periods_per_year: 'auto' found the assets at different bar rates", "'good' 365", "'hourly' 8,76",
       "set data.periods_per_year"]),
+    ("yaml-alias-bomb", lambda d: _with_text(_csv_cfg(d), _alias_bomb()),
+     ["pf.yaml: line", "YAML alias *l0", "aliases are not accepted in settings"]),
+    ("yaml-duplicate-key", lambda d: _with_text(_csv_cfg(d), "model:\n  hidden: [16]\n  hidden: [32]\n"),
+     ["pf.yaml: line", "key 'hidden' given twice in one mapping", "keep one"]),
     ("synthetic-short", lambda d: {"run": {"dir": str(d / "runs")}, "algo": {"num_gpus_per_learner": 0},
                                    "data": {"source": "synthetic", "num_assets": 2, "num_bars": 400},
                                    "env": {"episode_len": 128}, "runner": {"device": "cpu"}},

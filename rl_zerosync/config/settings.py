@@ -38,14 +38,18 @@ import yaml
 
 from rl_zerosync.actions import ACTION_MODES, DEFAULT_ACTION_MODE
 from rl_zerosync.rundir.checkpoints import KEEP_LAST
-from rl_zerosync.presets import ALGO_KEYS, MODEL_KEYS, REFUSED_RLLIB_NAMES, RLLIB_ALIASES, check_positive_number
+from rl_zerosync.presets import (
+    ALGO_KEYS, MODEL_KEYS, REFUSED_RLLIB_NAMES, RLLIB_ALIASES, bounded_repr, check_positive_number,
+)
 from rl_zerosync.presets import FILE_DEFAULTS as PRESET
 from rl_zerosync.config.storage import job_run_dir
 from rl_zerosync.config.sections import Section, build_components, learner_config, runner_config
-from rl_zerosync.config.yaml_values import SettingsError, check, coerce_field, epsilon_numbers, float_text, parse_override
+from rl_zerosync.config.yaml_values import (
+    SettingsError, SettingsYAMLError, check, coerce_field, epsilon_numbers, float_text, load_yaml, parse_override,
+)
 
-__all__ = ["AlgoSettings", "ModelSettings", "RunSettings", "Section", "Settings", "SettingsError", "apply_overrides",
-           "from_dict", "load", "to_rllib_config"]
+__all__ = ["AlgoSettings", "ModelSettings", "RunSettings", "Section", "Settings", "SettingsError", "SettingsYAMLError",
+           "apply_overrides", "from_dict", "load", "to_rllib_config"]
 
 if TYPE_CHECKING:
     from rl_zerosync.env_runner.runner_settings import RunnerSettings
@@ -322,7 +326,7 @@ def from_dict(raw: dict, source: str = "<dict>") -> Settings:
         if value is None:
             value = {}
         if not isinstance(value, dict):
-            raise SettingsError(f"{source}: {key}: expected a mapping, got {value!r}")
+            raise SettingsError(f"{source}: {key}: expected a mapping, got {bounded_repr(value)}")
         sections[key] = value
     typed = {k: _build_section(cls, sections.get(k, {}), f"{source}: {k}") for k, cls in _TYPED_SECTIONS.items()}
     _validate_run_and_model(typed["run"], typed["model"], source)
@@ -375,7 +379,7 @@ def load(path: str | Path, overrides: list[str] | None = None) -> Settings:
     if not path.is_file():
         raise SettingsError(f"{path}: settings file not found")
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = load_yaml(path.read_text(), str(path)) or {}  # no aliases, no repeated keys (SettingsYAMLError)
     except yaml.YAMLError as err:
         raise SettingsError(f"{path}: not valid YAML: {err}") from err
     settings = from_dict(apply_overrides(raw, overrides or []), source=str(path))

@@ -4,6 +4,14 @@ PyYAML reads YAML 1.1, where a float needs a dot: ``1e-3`` and ``5e4`` arrive as
 settings field expects a float (or an epsilon step), such a numeric string is read as the number;
 anything else is left for the field's own check, which then names it. Errors are ValueError with the
 ``where`` they were given, as :class:`SettingsError` (the loader's ``where`` starts with the file).
+
+Settings YAML (a file, a ``--set`` value) is read by :func:`load_yaml`, PyYAML's safe loader with two
+refusals, each a :class:`SettingsYAMLError` naming the line: an alias (``*name``; a kilobyte of
+nested aliases expands to gigabytes once the values are copied and checked, and a settings file has
+no need of them) and a key given twice in one mapping (PyYAML keeps the last silently). The first
+alias stops the read before anything is built. Values shown in messages are bounded
+(:func:`~rl_zerosync.presets.bounded_repr`), and so is every :class:`SettingsError` message
+(``MAX_MESSAGE_CHARS``).
 """
 from __future__ import annotations
 
@@ -15,12 +23,69 @@ from typing import Any
 
 import yaml
 
-__all__ = ["SettingsError", "check", "coerce_field", "epsilon_numbers", "float_text", "numeric_strings",
-           "numeric_strings_in", "parse_override"]
+from rl_zerosync.presets import bounded_repr
+
+__all__ = ["SettingsError", "SettingsYAMLError", "check", "coerce_field", "epsilon_numbers", "float_text", "load_yaml",
+           "numeric_strings", "numeric_strings_in", "parse_override"]
+
+MAX_MESSAGE_CHARS = 2000
+"""The longest :class:`SettingsError` message; a longer one is cut, saying how much was left out."""
 
 
 class SettingsError(ValueError):
-    """A bad key or value in a settings file."""
+    """A bad key or value in a settings file (the message bounded: ``MAX_MESSAGE_CHARS``)."""
+
+    def __init__(self, message: str = "") -> None:
+        message = str(message)
+        if len(message) > MAX_MESSAGE_CHARS:
+            message = f"{message[:MAX_MESSAGE_CHARS]}... ({len(message) - MAX_MESSAGE_CHARS} more characters)"
+        super().__init__(message)
+
+
+class SettingsYAMLError(SettingsError):
+    """Settings YAML with an alias (``*name``) or a key given twice in one mapping: refused by line."""
+
+
+class _Refused(Exception):
+    """Raised inside the loader; :func:`load_yaml` turns it into a :class:`SettingsYAMLError`."""
+
+
+def _line(mark) -> str:
+    return f"line {mark.line + 1}" if mark is not None else "a line"
+
+
+class _SettingsLoader(yaml.SafeLoader):
+    """PyYAML's safe loader without aliases and without repeated keys (module doc)."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise _Refused(f"{_line(event.start_mark)}: YAML alias *{event.anchor}: aliases are not accepted in "
+                           "settings (write the value out)")
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, Any] = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.setdefault(key, key_node.start_mark)
+                except TypeError:  # an unhashable key: the base class names it
+                    continue
+                if first is not key_node.start_mark:
+                    raise _Refused(f"{_line(key_node.start_mark)}: key {bounded_repr(key)} given twice in one mapping "
+                                   f"(first at {_line(first)}); keep one")
+        return super().construct_mapping(node, deep)
+
+
+def load_yaml(text: str, where: str) -> Any:
+    """``text`` read as settings YAML (module doc): :class:`SettingsYAMLError` ``"<where>: line N: ..."``
+    for an alias or a repeated key; ``yaml.YAMLError`` for text that is not YAML."""
+    try:
+        return yaml.load(text, Loader=_SettingsLoader)  # noqa: S506 - a SafeLoader subclass
+    except _Refused as err:
+        raise SettingsYAMLError(f"{where}: {err}") from None
 
 
 def check(src: str, key: str, ok: bool, message: str) -> None:
@@ -60,7 +125,7 @@ def coerce_field(value: Any, typ: Any, where: str) -> Any:
         return value
     if origin is dict and isinstance(value, dict):
         return value
-    raise SettingsError(f"{where}: expected {getattr(typ, '__name__', typ)}, got {value!r}")
+    raise SettingsError(f"{where}: expected {getattr(typ, '__name__', typ)}, got {bounded_repr(value)}")
 
 
 def _epsilon_pair(pair: Any) -> Any:
@@ -116,7 +181,7 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     if len(path) < 2:
         raise SettingsError(f"--set {item!r}: expected section.key=value (e.g. run.iterations=5)")
     try:
-        value = yaml.safe_load(text)
+        value = load_yaml(text, f"--set {key.strip()}")
     except yaml.YAMLError:
         value = text
     if isinstance(value, str):

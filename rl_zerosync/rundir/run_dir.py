@@ -82,8 +82,16 @@ def _write_failed(err: OSError, path: Path, kept: str) -> OSError:
     return OSError(err.errno, f"cannot write {path}: {err.strerror or err}; {kept}")
 
 
+class _PlainDumper(yaml.SafeDumper):
+    """YAML without anchors and aliases (a value written twice is written out twice): a run's
+    ``settings.yaml`` loads as a settings file, which refuses aliases."""
+
+    def ignore_aliases(self, data) -> bool:
+        return True
+
+
 def _settings_yaml(settings) -> str:
-    return yaml.safe_dump(settings.to_dict(), sort_keys=False)
+    return yaml.dump(settings.to_dict(), Dumper=_PlainDumper, sort_keys=False)
 
 
 class RunDir:
