@@ -2,8 +2,8 @@
 
 How to run (CPU is enough; the GPU is used when present)::
 
-    python -m benchmarks.oracle            # data seeds 0..4: 5 x (8 validation + 32 test series), ~12 min on 2 busy cores
-    python -m benchmarks.oracle --quick    # data seed 0 only (local.yaml's own sealed sets), ~2 min
+    python -m benchmarks.oracle          # data seeds 0..4, 5 x (8 validation + 32 test series): ~12 min, 2 cores
+    python -m benchmarks.oracle --quick  # data seed 0 only (local.yaml's own sealed sets), ~2 min
 
 Per data seed ``s`` (``data.seed = s`` of ``configs/local.yaml``; ``s = 0`` gives local.yaml's own sealed
 validation and test sets, the others fresh sets drawn the same way): validation = 8 and test = 32 whole
