@@ -152,6 +152,9 @@ def test_baseline_chooses_on_validation_and_freezes_for_test():
     assert val["trials"] == O.NUM_VARIANTS and len(val["grid"]) == O.NUM_VARIANTS and val["chosen_on"] == "validation"
     assert val["grid"][val["variant"]] == max(val["grid"].values()) == val["mean"]["sharpe"]
     assert set(val) >= {"validation0", "validation1", "mean"}
+    # the same segment again (rebuilt: same content) is not walked again
+    assert O.oracle_baseline(cfg, make_market(cfg, "validation"), PARAMS, {}) is val
+    assert O.oracle_baseline(cfg, make_market(cfg, "validation"), PARAMS, {"wide": 2.0}) is not val
     test = O.oracle_baseline(cfg, make_market(cfg, "test"), PARAMS, {}, variant=val["variant"])
     assert test["variant"] == val["variant"] and test["chosen_on"] == "validation" and "grid" not in test
     assert set(test) >= {"test0", "test1", "test2"}

@@ -62,6 +62,10 @@ BANDS = (0.0, 1.0, 2.0, 4.0, 8.0)
 UP, DOWN, REVERT = 0, 1, 2
 """The filter's states (index into the posterior's last axis)."""
 NO_GENERATOR = "no generator behind file data: the oracle reference exists for synthetic data only"
+CACHE_SIZE = 8
+"""Oracle walks a process keeps (:func:`oracle_baseline`: population members evaluated one after
+another in one process walk the oracle of a segment once)."""
+_CACHE: "dict[tuple, dict[str, Any]]" = {}
 
 
 @dataclass(frozen=True)
@@ -205,19 +209,36 @@ def oracle_baseline(data_cfg: Mapping[str, Any] | None, market: MarketData, para
     Sharpe chosen (``variant`` None: the validation segment), or only ``variant`` (chosen on
     validation, frozen: the test segment). Returns ``{"label", "available", "variant", "chosen_on",
     "trials", "grid" (label -> mean Sharpe, when walked), asset -> metrics, "mean" -> metrics}``; on
-    file data ``{"label", "available": False, "reason"}``."""
+    file data ``{"label", "available": False, "reason"}``. Walked once per process for a segment of
+    the same content, generator model, env parameters, routing, device and ``variant``; the returned
+    dict is shared: read it, do not change it."""
     from rl_zerosync.data.data_settings import DataSettings
+    from rl_zerosync.data.hidden import model_keywords
+    from rl_zerosync.evaluation.backtest import data_fingerprint
+
+    if DataSettings.from_dict(data_cfg).source != "synthetic":
+        return {"label": ORACLE_LABEL, "available": False, "reason": NO_GENERATOR}
+    dev = torch.device(device) if device is not None else market.device
+    key = (data_fingerprint(market), repr(sorted(model_keywords(data_cfg).items())), repr(params),
+           tuple(sorted((routing or {}).items())), str(dev), variant)
+    if key not in _CACHE:
+        if len(_CACHE) >= CACHE_SIZE:
+            _CACHE.pop(next(iter(_CACHE)))
+        _CACHE[key] = _walk_oracle(data_cfg, market, params, routing, dev, variant)
+    return _CACHE[key]
+
+
+def _walk_oracle(data_cfg: Mapping[str, Any] | None, market: MarketData, params: EnvParams,
+                 routing: Optional[Mapping[str, float]], dev: torch.device, variant: Optional[str]) -> dict[str, Any]:
+    """:func:`oracle_baseline` without the cache."""
     from rl_zerosync.data.hidden import synthetic_hidden
     from rl_zerosync.evaluation.backtest import record_metrics
     from rl_zerosync.evaluation.metrics import mean_metrics
 
-    if DataSettings.from_dict(data_cfg).source != "synthetic":
-        return {"label": ORACLE_LABEL, "available": False, "reason": NO_GENERATOR}
     try:
         hidden = synthetic_hidden(data_cfg, market)
     except ValueError as err:  # e.g. a segment no generator seed of the settings gives
         return {"label": ORACLE_LABEL, "available": False, "reason": str(err)}
-    dev = torch.device(device) if device is not None else market.device
     data = market.to(dev)
     walked = variants() if variant is None else [parse_label(variant)]
     per_variant = {}
