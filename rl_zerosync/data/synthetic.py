@@ -73,15 +73,18 @@ def synthetic_series(
     return _series(num_assets, num_bars, seed, model, _paths_scan)
 
 
+_MODEL_DEFAULTS = {name: p.default for name, p in inspect.signature(synthetic_series).parameters.items()
+                   if p.kind is p.KEYWORD_ONLY}
+"""The model keywords of :func:`synthetic_series` and their defaults."""
+
+
 def synthetic_series_loop(num_assets: int, num_bars: int, seed: int = 0, **model: Any) -> dict[str, np.ndarray]:
     """:func:`synthetic_series` computed by the plain loop over bars (the generator as first written):
     the reference the vectorised one is checked against, bit for bit (tests, ``benchmarks/synthetic_gen.py``)."""
-    defaults = {name: p.default for name, p in inspect.signature(synthetic_series).parameters.items()
-                if p.kind is p.KEYWORD_ONLY}
-    unknown = sorted(set(model) - set(defaults))
+    unknown = sorted(set(model) - set(_MODEL_DEFAULTS))
     if unknown:
-        raise ValueError(f"data.synthetic: unknown model keyword(s) {unknown}; allowed: {list(defaults)}")
-    return _series(num_assets, num_bars, seed, {**defaults, **model}, _paths_loop)
+        raise ValueError(f"data.synthetic: unknown model keyword(s) {unknown}; allowed: {list(_MODEL_DEFAULTS)}")
+    return _series(num_assets, num_bars, seed, {**_MODEL_DEFAULTS, **model}, _paths_loop)
 
 
 def _series(num_assets: int, num_bars: int, seed: int, model: dict[str, Any],
