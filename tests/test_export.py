@@ -512,3 +512,57 @@ def test_sidecar_formulas_are_the_codes(setup, tmp_path):
     changed["series"]["vol"]["params"]["decay"] = 0.5
     assert not np.allclose(_sidecar_inputs(changed, cols, 0.5)[0], obs)
     assert dataclasses.asdict(feats) == side["features"]
+
+
+@pytest.mark.parametrize("fmt, fails", [("torchscript", "model"), ("torchscript", "sidecar"), ("onnx", "model")])
+def test_a_full_disk_is_exit_4_and_leaves_the_previous_export(setup, tmp_path, monkeypatch, capsys, fmt, fails):
+    """A disk that fills up in the middle of the model file (or of its sidecar): one error line, exit 4,
+    no ``.tmp`` left, the previous export as it was (TorchScript is written by Python's file I/O too)."""
+    import errno
+
+    from rl_zerosync import cli
+    from rl_zerosync.serving import export
+
+    if fmt == "onnx" and export.missing_onnx_packages():
+        pytest.skip("onnx / onnxscript not installed")
+    out = tmp_path / ("p.pt" if fmt == "torchscript" else "p.onnx")
+    args = ["export", "--checkpoint", str(setup["flat"]), "--which", "last", "--format", fmt, "--out", str(out)]
+    assert cli.main(args) == 0
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    real = export.write_file
+
+    def full_disk(path, data):
+        if (fails == "model") == (not path.name.endswith(".json.tmp")):
+            with open(path, "wb") as f:
+                f.write(data[: len(data) // 2])  # what fitted
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(path, data)
+
+    monkeypatch.setattr(export, "write_file", full_disk)
+    capsys.readouterr()
+    assert cli.main(args) == cli.EXIT_WRITE
+    err = capsys.readouterr().err
+    tmp = out.name + (".tmp" if fails == "model" else ".json.tmp")
+    assert err.count("\n") == 1 and err.startswith(f"error: write failed: [Errno {errno.ENOSPC}] export: cannot write "
+                                                   f"{tmp_path / tmp}: No space left on device"), err
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # no .tmp, the old export intact
+
+
+def test_a_real_write_limit_is_exit_4_not_an_abort(setup, tmp_path):
+    """The process may write no file past 2 KB (``RLIMIT_FSIZE``, the kernel's EFBIG: a real failed
+    write, no monkeypatch): export exits 4 with one line and leaves no ``.tmp``. torch's own file
+    writer aborted the process here (a C++ exception, exit 134, ``p.pt.tmp`` left behind)."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("resource")  # POSIX
+    code = ("import resource, signal, sys\n"
+            "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"  # the write fails with EFBIG instead of a signal
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (2048, 2048))\n"
+            "from rl_zerosync.cli import main\n"
+            f"sys.exit(main(['export', '--checkpoint', {str(setup['flat'])!r}, '--which', 'last', "
+            f"'--out', {str(tmp_path / 'p.pt')!r}]))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 4, out.stderr[-2000:]
+    assert out.stderr.count("\n") == 1 and "export: cannot write" in out.stderr and "p.pt.tmp" in out.stderr
+    assert list(tmp_path.iterdir()) == []

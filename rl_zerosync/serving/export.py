@@ -17,6 +17,11 @@ run's thresholds), so it maps a batch of observations to actions with no Ray and
 * output columns :data:`OUTPUT_COLUMNS`: the factored action ``exposure * 9 + order_type * 3 +
   urgency`` and its three parts (:mod:`rl_zerosync.actions`).
 
+Both formats are built in memory (TorchScript saved into a ``BytesIO``, ONNX as its model proto) and
+written by Python's file I/O (:func:`write_file`) into ``<out>.tmp``, then renamed: a full disk is an
+``OSError`` naming the path (the CLI's exit 4, the ``.tmp`` removed, an earlier export untouched),
+never an abort inside torch's C++ writer.
+
 The metadata (:func:`policy_metadata`: action mode, observation layout, window, episode length,
 exposure levels, feature settings, spread settings of the data, routing thresholds) is written beside
 the file as ``<out>.json`` and also inside it (TorchScript extra file ``metadata.json``; ONNX model
@@ -211,12 +216,16 @@ def missing_onnx_packages() -> list[str]:
     return [name for name in ("onnx", "onnxscript") if importlib.util.find_spec(name) is None]
 
 
-def _export_torchscript(net: GreedyPolicyNet, meta: dict, out: Path) -> None:
+def _torchscript_bytes(net: GreedyPolicyNet, meta: dict) -> bytes:
+    """The traced policy as the bytes of a TorchScript file (saved into memory: the file itself is
+    written by :func:`write_file`, so a full disk is an ``OSError``, never an abort in torch's writer)."""
     obs, market = example_inputs(meta)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # torch >= 2.10 deprecates TorchScript
         traced = torch.jit.trace(net, (obs, market), check_inputs=[example_inputs(meta, 1), example_inputs(meta, 7)])
-        torch.jit.save(traced, str(out), _extra_files={METADATA_FILE: json.dumps(meta)})
+        buffer = io.BytesIO()
+        torch.jit.save(traced, buffer, _extra_files={METADATA_FILE: json.dumps(meta)})
+    return buffer.getvalue()
 
 
 def require_onnx() -> None:
@@ -228,7 +237,9 @@ def require_onnx() -> None:
             "--format torchscript needs nothing extra", name=missing[0])
 
 
-def _export_onnx(net: GreedyPolicyNet, meta: dict, out: Path) -> None:
+def _onnx_bytes(net: GreedyPolicyNet, meta: dict) -> bytes:
+    """The policy as the bytes of an ONNX model with the metadata in its properties (exported into
+    memory; the file is written by :func:`write_file`)."""
     require_onnx()
     import onnx
 
@@ -242,14 +253,23 @@ def _export_onnx(net: GreedyPolicyNet, meta: dict, out: Path) -> None:
     try:
         with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
             warnings.simplefilter("ignore", (DeprecationWarning, FutureWarning, UserWarning))
-            torch.onnx.export(net, example_inputs(meta), str(out), input_names=["obs", "market"],
-                              output_names=["actions"], dynamic_shapes=({0: batch}, {0: batch}), dynamo=True,
-                              external_data=False, verbose=False)
+            program = torch.onnx.export(net, example_inputs(meta), None, input_names=["obs", "market"],
+                                        output_names=["actions"], dynamic_shapes=({0: batch}, {0: batch}),
+                                        dynamo=True, external_data=False, verbose=False)
     finally:
         registry_log.setLevel(level)
-    model = onnx.load(str(out))
+    model = program.model_proto
     onnx.helper.set_model_props(model, {"rl_zerosync": json.dumps(meta)})
-    onnx.save(model, str(out))
+    return model.SerializeToString()
+
+
+def write_file(path: Path, data: bytes) -> None:
+    """``data`` into ``path`` through Python's file I/O, flushed and synced: a full disk or a
+    read-only file system is an ``OSError`` naming its errno, for the caller to clean up after."""
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def export_policy(checkpoint: str | Path, fmt: str = "torchscript", out: str | Path | None = None,
@@ -276,26 +296,25 @@ def export_policy(checkpoint: str | Path, fmt: str = "torchscript", out: str | P
 
 
 def _write_both(net, meta: dict, fmt: str, path: Path, meta_path: Path) -> None:
-    """The model and its sidecar written whole to ``<name>.tmp`` files, then renamed into place (the
-    sidecar last): a failed write (a full disk) leaves any previous export untouched, the partial
-    ``.tmp`` files removed, and an ``OSError`` naming the path."""
+    """The model (built in memory, either format) and its sidecar written whole to ``<name>.tmp``
+    files by :func:`write_file`, then renamed into place (the sidecar last): a failed write (a full
+    disk) leaves any previous export untouched, the partial ``.tmp`` files removed, and an ``OSError``
+    naming the path (the CLI's exit 4)."""
+    model = (_onnx_bytes if fmt == "onnx" else _torchscript_bytes)(net, meta)  # nothing written yet
     tmp_model = path.with_name(path.name + ".tmp")
     tmp_meta = meta_path.with_name(meta_path.name + ".tmp")
     current = tmp_model
     try:
-        (_export_onnx if fmt == "onnx" else _export_torchscript)(net, meta, tmp_model)
+        write_file(tmp_model, model)
         current = tmp_meta
-        with open(tmp_meta, "w") as f:
-            f.write(json.dumps(meta, indent=2))
-            f.flush()
-            os.fsync(f.fileno())
+        write_file(tmp_meta, json.dumps(meta, indent=2).encode())
         current = path
         os.replace(tmp_model, path)
         current = meta_path
         os.replace(tmp_meta, meta_path)
-    except (OSError, RuntimeError) as err:  # torch's writer reports a full disk as a RuntimeError
+    except OSError as err:
         for tmp in (tmp_model, tmp_meta):
             tmp.unlink(missing_ok=True)
-        code = getattr(err, "errno", None) or errno.EIO
-        why = getattr(err, "strerror", None) or str(err).splitlines()[0]
+        code = err.errno or errno.EIO
+        why = err.strerror or str(err).splitlines()[0]
         raise OSError(code, f"export: cannot write {current}: {why}") from None
