@@ -19,7 +19,9 @@ The truth for set ``k`` is the mean of the statistic over all the other sets (it
 the generator); the true width is ``2 * 1.96 * sd`` of the statistic over sets. Reported: coverage
 (share of sets whose interval holds the truth; goal 0.90-0.98) and the mean interval width over the
 true width (goal 0.8-1.25), beside the old method (a bar bootstrap with Politis-White blocks, one
-shared draw: what the reports used before) on the same sets.
+shared draw: what the reports used before) on the same sets, and the cluster bootstrap's other
+interval constructions (:data:`~rl_zerosync.evaluation.calibrated.CLUSTER_INTERVALS`; ``calibrated``
+is the one the reports use, :data:`~rl_zerosync.evaluation.calibrated.CLUSTER_INTERVAL`).
 
 Results to expect: coverage ~0.95 and width ratio ~1.0 for the cluster bootstrap; the old method's
 width ratio ~0.65.
@@ -75,7 +77,7 @@ def coverage(sets: int, series: int, bars: int, *, reps: int = 1000, old: bool =
              device: str | None = None) -> dict[str, Any]:
     """Coverage and width ratio of the calibrated intervals (module doc) over ``sets`` fresh sets."""
     from rl_zerosync.data.data_settings import SYNTHETIC_PERIODS_PER_YEAR
-    from rl_zerosync.evaluation.calibrated import panel_interval
+    from rl_zerosync.evaluation.calibrated import CLUSTER_INTERVAL, CLUSTER_INTERVALS, panel_interval
 
     p = float(SYNTHETIC_PERIODS_PER_YEAR)
     t0 = time.perf_counter()
@@ -87,12 +89,16 @@ def coverage(sets: int, series: int, bars: int, *, reps: int = 1000, old: bool =
         stat = np.array([_mean_sharpe(cut(pool[RULE], k), p) - (_mean_sharpe(cut(pool[side_b], k), p) if side_b else 0.0)
                          for k in range(sets)])
         true_width = 2.0 * 1.959964 * float(stat.std(ddof=1))
-        rows = {"calibrated": [], "old_bar_bootstrap": []}
+        rows = {"calibrated": [], **{f"cluster_{h}": [] for h in CLUSTER_INTERVALS if h != CLUSTER_INTERVAL},
+                "old_bar_bootstrap": []}
         for k in range(sets):
             truth = float((stat.sum() - stat[k]) / (sets - 1))
             b = cut(pool[side_b], k) if side_b else None
-            iv = panel_interval(cut(pool[RULE], k), b, p, independent_series=True, reps=reps, seed=k)
-            rows["calibrated"].append((iv["low"] <= truth <= iv["high"], iv["high"] - iv["low"], iv["method"]))
+            for h in CLUSTER_INTERVALS:
+                iv = panel_interval(cut(pool[RULE], k), b, p, independent_series=True, reps=reps, seed=k,
+                                    cluster_interval=h)
+                name_h = "calibrated" if h == CLUSTER_INTERVAL else f"cluster_{h}"
+                rows[name_h].append((iv["low"] <= truth <= iv["high"], iv["high"] - iv["low"], iv["method"]))
             if old and k < max(10, sets // 10):  # the old method on a subset of the sets
                 from rl_zerosync.evaluation.significance import block_length_for
 
@@ -140,7 +146,7 @@ def main() -> int:
               "generator": "configs/local.yaml data (synthetic, its model and features)"}
     report = {**result_header("coverage", device=device, config=config), "results": res}
     write_json(report, quick_path("coverage") if args.quick else args.out)
-    print_summary({k: {m: v[m] for m in ("calibrated", "old_bar_bootstrap") if m in v}
+    print_summary({k: {m: {x: v[m][x] for x in ("coverage", "width_ratio")} for m in v if isinstance(v[m], dict)}
                    for k, v in res.items() if isinstance(v, dict)})
     return 0
 

@@ -109,9 +109,12 @@ def test_gpu_draws_agree_with_cpu_within_monte_carlo_error():
     cpu = weighted_sharpes(stationary_counts(3000, 20.0, 4000, generator(0, torch.device("cpu"))), x, 252.0)
     gpu = weighted_sharpes(stationary_counts(3000, 20.0, 4000, generator(0, torch.device("cuda"))), x.cuda(), 252.0)
     assert gpu.std(dim=0).cpu().numpy() == pytest.approx(cpu.std(dim=0).numpy(), rel=0.05)
-    torch.cuda.set_sync_debug_mode("error")
+    xg = x.cuda()
+    gen = generator(1, torch.device("cuda"))
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")  # drawing and the replicated Sharpes: no host sync
     try:
-        w = stationary_counts(3000, 20.0, 100, generator(1, torch.device("cuda")))
-        weighted_sharpes(w, x.cuda(), 252.0)
+        w = stationary_counts(3000, 20.0, 100, gen)
+        weighted_sharpes(w, xg, 252.0)
     finally:
         torch.cuda.set_sync_debug_mode("default")
