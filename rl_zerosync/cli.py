@@ -63,7 +63,8 @@ def _parser() -> argparse.ArgumentParser:
                                    "with a file data source (--walk-forward K --config FILE).")
     e.add_argument("--checkpoint", default=None, metavar="DIR", help="run or checkpoint directory")
     e.add_argument("--which", choices=("best", "last"), default="best",
-                   help="for a run directory: the best-validation checkpoint (default) or the last")
+                   help="for a run directory: the best-validation checkpoint (default; an error when the run "
+                        "saved none) or the last")
     e.add_argument("--member", type=int, default=None, metavar="K",
                    help="a population directory's member K (default: for a population directory, the member selected on validation)")
     e.add_argument("--data", default=None, metavar="FILE",
@@ -100,7 +101,8 @@ def _parser() -> argparse.ArgumentParser:
                                    "urgency), with its metadata beside it as <out>.json (rl_zerosync.serving.export).")
     x.add_argument("--checkpoint", required=True, metavar="DIR", help="run or checkpoint directory")
     x.add_argument("--which", choices=("best", "last"), default="best",
-                   help="for a run directory: the best-validation checkpoint (default) or the last")
+                   help="for a run directory: the best-validation checkpoint (default; an error when the run "
+                        "saved none) or the last")
     x.add_argument("--member", type=int, default=None, metavar="K",
                    help="a population directory's member K (default: for a population directory, the member selected on validation)")
     x.add_argument("--format", choices=("torchscript", "onnx"), default="torchscript",

@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from rl_zerosync.rundir.checkpoints import (
-    BEST_DIR, CHECKPOINT_DIR, KEEP_LAST, MANIFEST_FILE, CheckpointError, checkpoint_candidates,
+    BEST_DIR, CHECKPOINT_DIR, KEEP_LAST, MANIFEST_FILE, CheckpointError, NoBestCheckpointError, checkpoint_candidates,
     find_checkpoint, read_run_state, verified_checkpoint, verify_checkpoint, write_manifest,
 )
 from rl_zerosync.config.settings import from_dict
@@ -161,7 +161,9 @@ def test_a_half_written_checkpoint_and_legacy_layouts_are_handled(tmp_path):
     # Newest first; a partial write (checkpoint.tmp) is never a candidate.
     assert [p.name for p in checkpoint_candidates(run)] == ["checkpoint.old", "checkpoint.1", "checkpoint.2",
                                                            "checkpoint.10"]
-    assert find_checkpoint(run, "best") == run / "checkpoint.old"
+    assert find_checkpoint(run, "last") == run / "checkpoint.old"
+    with pytest.raises(NoBestCheckpointError, match="no checkpoint_best/: the run saved no best validation pass"):
+        find_checkpoint(run, "best")  # asked for the best: never the last instead
 
 
 def test_a_damaged_best_checkpoint_is_set_aside_at_resume(run_copy, capsys):
@@ -176,10 +178,13 @@ def test_a_damaged_best_checkpoint_is_set_aside_at_resume(run_copy, capsys):
     assert f"{BEST_DIR}: damaged checkpoint: {WEIGHTS}" in err and "moved the damaged" in err
     assert (run_copy / (BEST_DIR + ".damaged")).is_dir()
     assert iterations(run_copy) == [1, 2, 3, 4]
-    # Iteration 4 (validated as the last) replaced it if better; else "best" falls back to the last.
-    best = verified_checkpoint(run_copy, "best")
-    assert best == run_copy / (BEST_DIR if (run_copy / BEST_DIR).exists() else CHECKPOINT_DIR)
-    assert read_run_state(best)["iteration"] == 4 and verify_checkpoint(best)
+    # Iteration 4 (validated as the last) replaced it if better; else there is no best to evaluate.
+    if (run_copy / BEST_DIR).exists():
+        best = verified_checkpoint(run_copy, "best")
+        assert best == run_copy / BEST_DIR and read_run_state(best)["iteration"] == 4 and verify_checkpoint(best)
+    else:
+        with pytest.raises(NoBestCheckpointError):
+            verified_checkpoint(run_copy, "best")
 
 
 def test_the_best_checkpoint_holds_the_policy_not_the_replay(trained, tmp_path):

@@ -7,6 +7,7 @@ real layout; flat and branching checkpoints are built directly (a fresh module s
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -83,6 +84,7 @@ def _fabricate(run_dir: Path, raw: dict, mode: str) -> Path:
     (ckpt / "settings.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
     (ckpt / "run_state.json").write_text(json.dumps({"iteration": 0}))
     write_manifest(ckpt)
+    shutil.copytree(ckpt, run_dir / "checkpoint_best")  # its best validation pass too (what --which best reads)
     return run_dir
 
 
@@ -244,7 +246,6 @@ def test_bad_bars_are_named(setup):
 
 def test_export_errors(setup, tmp_path, monkeypatch, capsys):
     import importlib.util
-    import shutil
 
     from rl_zerosync.rundir.checkpoints import CheckpointError
     from rl_zerosync.cli import main
@@ -257,7 +258,7 @@ def test_export_errors(setup, tmp_path, monkeypatch, capsys):
         export_policy(tmp_path / "nowhere")
     damaged = tmp_path / "damaged"
     shutil.copytree(setup["flat"], damaged)
-    (damaged / "checkpoint" / "settings.yaml").write_text("model: {action_mode: routed}\n")
+    (damaged / "checkpoint_best" / "settings.yaml").write_text("model: {action_mode: routed}\n")
     with pytest.raises(CheckpointError, match="settings.yaml"):
         export_policy(damaged)
     (tmp_path / "not.pt").write_bytes(b"no")
@@ -279,7 +280,7 @@ def test_cli_export(setup, tmp_path, capsys):
     assert (tmp_path / "f.pt").is_file() and (tmp_path / "f.pt.json").is_file()
     assert str(tmp_path / "f.pt") in capsys.readouterr().out
     assert main(["export", "--checkpoint", str(setup["flat"])]) == 0  # default: <run>/export/<ckpt>.pt
-    assert (setup["flat"] / "export" / "checkpoint.pt").is_file()
+    assert (setup["flat"] / "export" / "checkpoint_best.pt").is_file()
     assert main(["export", "--checkpoint", str(tmp_path / "nowhere")]) == 2
     assert "error:" in capsys.readouterr().err
 

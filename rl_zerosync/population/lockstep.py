@@ -262,12 +262,13 @@ def _evaluate_apart(loops: list[TrainLoop], procs: int) -> list[dict]:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
+    from rl_zerosync.rundir.checkpoints import best_or_last
     from rl_zerosync.rundir.run_dir import EVALUATION_DIR, EVALUATION_NAMES
 
     for loop in loops:
         loop.run_dir.record(*EVALUATION_NAMES)
-    jobs = [(str(loop.run_dir.path), str(loop.run_dir.path / EVALUATION_DIR), loop.settings.run.eval_checkpoint)
-            for loop in loops]
+    jobs = [(str(loop.run_dir.path), str(loop.run_dir.path / EVALUATION_DIR),
+             best_or_last(loop.run_dir.path, loop.settings.run.eval_checkpoint)) for loop in loops]
     threads = max(1, (os.cpu_count() or 1) // procs)  # the cores shared out: no oversubscribed thread pools
     with ProcessPoolExecutor(procs, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_threads,
                              initargs=(threads,)) as pool:

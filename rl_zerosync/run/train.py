@@ -6,7 +6,7 @@ import signal
 import sys
 
 from rl_zerosync.run.children import install_stop_handlers, restore_handlers
-from rl_zerosync.rundir.checkpoints import BEST_DIR
+from rl_zerosync.rundir.checkpoints import BEST_DIR, best_or_last
 from rl_zerosync.rundir.progress import Progress
 from rl_zerosync.rundir.run_dir import EVALUATION_DIR, EVALUATION_NAMES, RunDir
 from rl_zerosync.config.settings import Settings, to_rllib_config
@@ -280,8 +280,8 @@ class TrainLoop:
         from rl_zerosync.evaluation.evaluate import evaluate_checkpoint
 
         self.run_dir.record(*EVALUATION_NAMES)
-        return evaluate_checkpoint(self.run_dir.path, out_dir=self.run_dir.path / EVALUATION_DIR,
-                                   which=self.settings.run.eval_checkpoint)
+        which = best_or_last(self.run_dir.path, self.settings.run.eval_checkpoint)  # no best: the last, warned
+        return evaluate_checkpoint(self.run_dir.path, out_dir=self.run_dir.path / EVALUATION_DIR, which=which)
 
     def close(self) -> None:
         self.run_dir.close_log()

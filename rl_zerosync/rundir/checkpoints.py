@@ -48,6 +48,11 @@ class CheckpointError(RuntimeError):
     """A damaged checkpoint (a file missing, of the wrong size or with the wrong SHA-256), or none."""
 
 
+class NoBestCheckpointError(CheckpointError):
+    """The best checkpoint of a run directory asked for (``--which best``) where the run saved none:
+    never silently the last one instead."""
+
+
 def warn(message: str) -> None:
     """A one-line warning on stderr."""
     print(f"warning: {message}", file=sys.stderr, flush=True)
@@ -150,16 +155,42 @@ def checkpoint_candidates(path: str | Path, which: str = "last") -> list[Path]:
     return [c for c in names if (c / MARKER).is_file()]
 
 
+def _require_best(path: str | Path, which: str, found: list[Path]) -> None:
+    """:class:`NoBestCheckpointError` when ``which`` is ``"best"``, ``path`` is a run directory (not a
+    checkpoint) and it holds no ``checkpoint_best/``: the caller asked for the best validation pass."""
+    if which != "best" or not found or (Path(path) / MARKER).is_file():
+        return
+    if found[0].name not in (BEST_DIR, BEST_DIR + ".old"):
+        raise NoBestCheckpointError(
+            f"{path}: no {BEST_DIR}/: the run saved no best validation pass (it stopped before its first "
+            f"validation, or no pass scored a number); use --which last (which='last') for its newest "
+            f"checkpoint {found[0].name}/")
+
+
+def best_or_last(path: str | Path, which: str) -> str:
+    """``which`` for the end of a run: ``"last"`` with a warning when ``"best"`` is asked of a run
+    directory without ``checkpoint_best/`` (a run evaluates what it has; a user's ``--which best``
+    is an error instead, :class:`NoBestCheckpointError`)."""
+    try:
+        _require_best(path, which, checkpoint_candidates(path, which))
+    except NoBestCheckpointError:
+        warn(f"run.eval_checkpoint best: {path} has no {BEST_DIR}/ (no validation pass was saved as a best); "
+             "evaluating the last checkpoint instead")
+        return "last"
+    return which
+
+
 def find_checkpoint(path: str | Path, which: str = "last") -> Path:
     """A run directory or a checkpoint directory -> the checkpoint directory (not verified).
 
-    ``which``: for a run directory, ``"best"`` (``checkpoint_best/``, by validation; the last
-    checkpoint when the run has none) or ``"last"``.
+    ``which``: for a run directory, ``"best"`` (``checkpoint_best/``, by validation;
+    :class:`NoBestCheckpointError` when the run has none) or ``"last"``.
     """
     found = checkpoint_candidates(path, which)
     if not found:
         raise FileNotFoundError(f"{path}: no checkpoint found (expected {MARKER} in it "
                                 f"or in {Path(path) / CHECKPOINT_DIR})")
+    _require_best(path, which, found)
     return found[0]
 
 
@@ -172,6 +203,7 @@ def verified_checkpoint(path: str | Path, which: str = "last", fallback: bool = 
     if not found:
         raise FileNotFoundError(f"{path}: no checkpoint found (expected {MARKER} in it "
                                 f"or in {Path(path) / CHECKPOINT_DIR})")
+    _require_best(path, which, found)
     first_error = None
     for i, ckpt in enumerate(found):
         try:
