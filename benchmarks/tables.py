@@ -55,28 +55,39 @@ def _ci(x) -> str:
 # -------------------------------------------------------------------------------- out of sample
 def learning(r) -> str:
     """Out-of-sample table: per budget the agent (best checkpoint by validation) vs the rules, with the
-    sample-noise intervals, PSR, DSR and the trials behind them (``benchmarks/learning.py``)."""
+    calibrated intervals, PSR, and the DSR where the selection happened (``benchmarks/learning.py``)."""
     hw = r.get("hardware", {})
     gpu = None if hw.get("device") == "cuda" else (f"CPU (no GPU), {hw.get('cpu_count', '?')} cores, "
                                                    f"{hw.get('torch_threads', '?')} torch thread(s)")
+    calibrated = "dsr_expected_max" in r["summary"]
+    head = ("| PSR (test) | DSR (validation) | expected best of the trials | effective trials |" if calibrated
+            else "| PSR | DSR | trials |")
     out = [_head(r, gpu=gpu), "| budget | iterations | seeds | held-out test series | test Sharpe [95% CI] "
-           "| best rule (chosen on validation) | agent − best rule [95% CI] | buy-and-hold | PSR | DSR | trials |",
-           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+           "| best rule (chosen on validation) | agent − best rule [95% CI] | buy-and-hold " + head,
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |" + (" ---: |" if calibrated else "")]
     for name, b in r["budgets"].items():
         s = b["summary"]
         best = {p["best_rule"] for p in b["per_seed"].values()}
         series = next(iter(b["per_seed"].values())).get("heldout_test_series", 0)
+        tail = (f"| {s['psr']:.2f} | {s['deflated_sharpe']:.2f} (on {s['dsr_sharpe']:+.2f}) "
+                f"| {s['dsr_expected_max']:+.2f} | {_trials(s['dsr_trials'])} |" if calibrated else
+                f"| {s['psr']:.2f} | {s['deflated_sharpe']:.2f} | {_trials(s['trials'])} |")
         out.append(f"| {name} | {b['iterations']:,} | {s['seeds']} | {series} "
                    f"| {s['test_sharpe_mean']:+.2f} {_ci(s['test_sharpe_ci95'])} "
                    f"| {s['best_rule_test_sharpe_mean']:+.2f} ({', '.join(sorted(best))}) "
                    f"| {s['agent_minus_best_rule_mean']:+.2f} {_ci(s['agent_minus_best_rule_ci95'])} "
-                   f"| {s['rules_test_sharpe_mean']['buy_and_hold']:+.2f} | {s['psr']:.2f} "
-                   f"| {s['deflated_sharpe']:.2f} | {_trials(s['trials'])} |")
+                   f"| {s['rules_test_sharpe_mean']['buy_and_hold']:+.2f} " + tail)
     sm = r["summary"]
     first = next(iter(r["budgets"].values()))
     out += ["", f"Verdict: {_verdict(sm['agent_minus_best_rule_ci95'], sm['agent_minus_best_rule'])}; "
                 f"{first['wall_s']:.0f} s wall for {sm['seeds']} seeds.",
             f"Intervals: {sm['ci_method']}.", f"Trials counted: {sm['trials_counted']}."]
+    cov = sm.get("coverage")
+    if cov:
+        out.append(f"Coverage of these intervals on the generator (`coverage.json`, {cov['level']['sets']} fresh "
+                   f"sets): {cov['level']['coverage']:.3f} with {cov['level']['width_ratio']:.2f}x the true width "
+                   f"(level), {cov['paired_difference']['coverage']:.3f} with "
+                   f"{cov['paired_difference']['width_ratio']:.2f}x (paired difference).")
     spread = sm.get("test_sharpe_seed_spread")
     if spread:
         out.append(f"Over seeds alone (no bar noise) the test Sharpe's "
@@ -86,6 +97,43 @@ def learning(r) -> str:
         out += ["", f"Validation pass, {t['assets']} assets × {t['validation_bars']:,} bars: "
                 f"{t['split_walk_s'] * 1e3:.0f} ms ({t['split_steps']} sequential steps in time splits; "
                 f"one whole walk {t['whole_walk_s']:.2f} s, the rules' walk once per run {t['rules_walk_s']:.1f} s)."]
+    return "\n".join(out)
+
+
+def coverage(r) -> str:
+    """Coverage of the evidence's intervals on the project's own generator (``coverage.json``)."""
+    c, res = r["config"], r["results"]
+    out = [_head(r), f"{c['sets']} fresh test sets of {c['series']} series × {c['bars']:,} bars (local.yaml's "
+           f"generator), rule {c['rule']}; goal: coverage 0.90–0.98, width 0.8–1.25× the true width.", "",
+           "| statistic | method | sets | coverage of the truth | mean width / true width |",
+           "| --- | --- | ---: | ---: | ---: |"]
+    names = {"calibrated": "cluster bootstrap, t-scaled percentile (the reports' method)",
+             "cluster_percentile": "cluster bootstrap, plain percentile",
+             "cluster_percentile_t": "cluster bootstrap, t-scaled percentile",
+             "cluster_studentized": "cluster bootstrap, bootstrap-t",
+             "old_bar_bootstrap": "bar bootstrap, Politis-White block (the method before)"}
+    for stat in ("level", "paired_difference"):
+        for k, v in res[stat].items():
+            if isinstance(v, dict):
+                out.append(f"| {stat.replace('_', ' ')} | {names.get(k, k)} | {v['sets']} | {v['coverage']:.3f} "
+                           f"| {v['width_ratio']:.2f} |")
+    return "\n".join(out)
+
+
+def wholerun(r) -> str:
+    """Whole runs from process start to exit beside their steady rates (``wholerun.json``)."""
+    hw = r.get("hardware", {})
+    gpu = None if hw.get("device") == "cuda" else f"CPU (no GPU), {hw.get('cpu_count', '?')} cores"
+    out = [_head(r, gpu=gpu), "| case | wall s | start-up s | training s | validation s | after training s "
+           "| between iterations s | env steps/s, whole run | env steps/s, steady | whole / steady "
+           "| slowest iteration / median |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    f = lambda v, d=1: "–" if v is None else f"{v:,.{d}f}"  # noqa: E731
+    for name, c in r["cases"].items():
+        out.append(f"| {name.replace('_', ' ')} | {f(c['wall_s'])} | {f(c.get('startup_s'))} | {f(c.get('training_s'))} "
+                   f"| {f(c.get('validation_s'))} | {f(c.get('end_s'))} | {f(c.get('other_s'))} "
+                   f"| {f(c.get('whole_rate'), 0)} | {f(c.get('steady_rate'), 0)} | {f(c.get('whole_over_steady'), 2)} "
+                   f"| {f(c.get('slowest_iteration_over_median'), 2)} |")
     return "\n".join(out)
 
 
@@ -554,7 +602,7 @@ def reliability(r) -> str:
 
 # ----------------------------------------------------------------------------------------- main
 TABLES = (
-    ("learning_cpu_quick", learning_cpu_quick), ("learning", learning), ("learning_sweep", learning_sweep), ("throughput", throughput), ("e2e", e2e),
+    ("learning_cpu_quick", learning_cpu_quick), ("learning", learning), ("coverage", coverage), ("wholerun", wholerun), ("learning_sweep", learning_sweep), ("throughput", throughput), ("e2e", e2e),
     ("learner", learner), ("learner_profile", learner_profile),
     ("stock_syncs", stock_syncs), ("env_runner", env_runner), ("cartpole", cartpole), ("scaling", scaling),
     ("scaling_learner", scaling_learner), ("kernels", kernels), ("env", env),
