@@ -245,8 +245,12 @@ def _seed_returns(seed: int) -> dict:
     rng = np.random.default_rng(seed)
     bench = [np.random.default_rng(a).normal(0.0004, 0.01, 150) for a in range(2)]  # same bars every seed
     return {"agent": [b + rng.normal(0.0, 0.005, 150) for b in bench], "best_rule": [0.5 * b for b in bench],
-            "buy_and_hold": bench, "trial_sharpes": list(np.linspace(-1.0, 1.0, 51)) + [0.2, 0.4, 0.3],
-            "rule_variants": 51, "checkpoints": 3, "periods_per_year": 252.0}
+            "buy_and_hold": bench, "position": [np.sign(b) for b in bench],
+            "validation": [np.random.default_rng(10 + a).normal(0.0004, 0.01, 150) + rng.normal(0.0, 0.004, 150)
+                           for a in range(2)],
+            "trials": {"n": 1.5, "candidates": 3, "selected_validation_sharpe": 0.3 + 0.1 * seed, "se": 0.9,
+                       "counted": "3 candidates, effective 1.5", "segment": "validation"},
+            "independent": False, "periods_per_year": 252.0}
 
 
 def test_seeds_summary_labels_a_seed_spread_a_range_below_5_seeds_and_resamples_seeds_and_bars():
@@ -263,11 +267,15 @@ def test_seeds_summary_labels_a_seed_spread_a_range_below_5_seeds_and_resamples_
     assert "test_sharpe_ci95" not in many and "range over seeds" not in summary_line({"summary": many})
     assert "range over seeds" in summary_line({"summary": summarize(per_seed(2))})
     ev = few["evidence"]
-    assert ev["ci_method"].startswith("series drawn with replacement (6 series)")  # 3 seeds x 2 assets
+    # two assets on one test period: bars in blocks (one shared draw), the 3 seeds drawn with replacement
+    assert ev["ci_method"].startswith("stationary block bootstrap over bars (series share a calendar")
+    assert "seeds drawn with replacement (3)" in ev["ci_method"] and ev["intervals"]["agent"]["seeds"] == 3
     lo, hi = few["test_sharpe_ci95"]
     assert lo <= ev["intervals"]["agent"]["estimate"] <= hi
     dlo, dhi = few["agent_minus_best_rule_ci95"]
     assert dlo <= ev["intervals"]["agent_minus_best_rule"]["estimate"] <= dhi
-    assert few["trials"] == 51 + 3 * 3 and "over 3 seed(s)" in ev["trials"]["counted"]
-    assert 0.0 <= few["deflated_sharpe"] <= few["psr"] <= 1.0
+    # The DSR of the seeds' mean selected validation Sharpe, each seed 1.5 effective trials.
+    assert few["trials"] == few["dsr_trials"] == 1.5 and ev["trials"]["selections"] == 3
+    assert few["dsr_sharpe"] == pytest.approx(0.4) and few["dsr_expected_max"] > 0
+    assert 0.0 <= few["deflated_sharpe"] <= 1.0 and 0.0 <= few["psr"] <= 1.0
     assert "95% over seeds and bars" in summary_line({"summary": few})

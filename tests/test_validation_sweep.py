@@ -59,12 +59,16 @@ def test_extra_trials_raise_the_dsr_count():
     import numpy as np
 
     rng = np.random.default_rng(0)
-    nets = [rng.standard_normal(500) * 0.01 + 0.001 for _ in range(2)]
+    nets = [rng.standard_normal(500) * 0.01 + 0.001 for _ in range(8)]
     ret = {"agent": nets, "best_rule": [n * 0.5 for n in nets], "buy_and_hold": [n * 0.2 for n in nets],
-           "rule_variants": 3, "checkpoints": 2, "trial_sharpes": [0.1, 0.5, 0.9, 1.0, 1.1], "periods_per_year": 252}
+           "position": [np.ones(500)] * 8, "validation": [n[::-1].copy() for n in nets],
+           "trials": {"n": 5.0, "candidates": 5, "selected_validation_sharpe": 1.2, "se": 0.5,
+                      "counted": "5 candidates", "segment": "validation"},
+           "independent": True, "periods_per_year": 252}
     base = seeds_evidence([ret])
     more = seeds_evidence([ret], extra_trials={"n": 40, "sharpes": list(np.linspace(-1, 2, 40)), "counted": "40 more"})
     assert base["trials"]["n"] == 5 and more["trials"]["n"] == 45
     assert more["trials"]["counted"].endswith("+ 40 more")
+    assert more["deflated_sharpe"]["expected_max"] > base["deflated_sharpe"]["expected_max"]
     assert more["deflated_sharpe"]["value"] < base["deflated_sharpe"]["value"]
     assert more["intervals"] == base["intervals"]  # the trials change the DSR only

@@ -350,7 +350,8 @@ def test_walk_forward_end_to_end_cli(tmp_path):
     assert np.isfinite(report["pooled"]["mean_sharpe"])
     lo, hi = report["pooled"]["test_sharpe_ci95"]  # each fold's test returns stitched, bars resampled
     assert lo <= report["pooled"]["pooled_test_sharpe"] <= hi
-    assert report["evidence"]["trials"]["rule_variants"] == 2 * 51
+    assert report["evidence"]["trials"]["selections"] == 2  # each fold's checkpoint selection on its validation
+    assert report["evidence"]["deflated_sharpe"]["segment"] == "validation"
     lines = [x for x in out.stdout.splitlines() if x.startswith(("fold ", "walk-forward pooled"))]
     assert len(lines) == 3, out.stdout[-3000:]
 
@@ -395,8 +396,11 @@ def _fake_returns(run_dir: Path, i: int, seed: int) -> None:
     out.mkdir(parents=True, exist_ok=True)
     bench = rng.normal(0.0004, 0.01, 120)
     np.savez(out / "returns_test.npz", agent_0=bench + rng.normal(0.0002, 0.004, 120),
-             best_rule_0=rng.normal(0.0, 0.01, 120), buy_and_hold_0=bench,
-             trial_sharpes=rng.normal(0.0, 1.0, 53), trials=np.array([51, 2]), periods_per_year=np.array(252.0))
+             best_rule_0=rng.normal(0.0, 0.01, 120), buy_and_hold_0=bench, position_0=np.sign(bench),
+             validation_0=rng.normal(0.0003, 0.01, 120),
+             trials=np.array([2.0, 2.0, 0.5 + 0.1 * i, 0.4]),  # n, candidates, selected validation Sharpe, se
+             trials_counted=np.array("2 candidates, effective 2.0"), independent=np.array(False),
+             periods_per_year=np.array(252.0))
 
 
 def test_walk_forward_seeds_x_folds_anchored_pools_with_intervals(tmp_path, monkeypatch):
@@ -424,10 +428,15 @@ def test_walk_forward_seeds_x_folds_anchored_pools_with_intervals(tmp_path, monk
     assert lo <= p["pooled_test_sharpe"] <= hi
     dlo, dhi = p["agent_minus_best_rule_ci95"]
     assert dlo <= p["agent_minus_best_rule"] <= dhi
-    assert ev["trials"]["n"] == p["trials"] == 6 * (51 + 2)
-    assert 0.0 <= p["deflated_sharpe"] <= p["psr"] <= 1.0
-    assert ev["intervals"]["agent"]["bars"] == 2 * 3 * 120 and ev["intervals"]["agent"]["assets"] == 2
-    assert ev["ci_method"].startswith("series drawn with replacement (2 series)")  # seeds and bars together
+    # The DSR: 6 selections (seeds x folds) of 2 effective trials each, on their validation Sharpes.
+    assert ev["trials"]["n"] == p["trials"] == 2.0 and ev["trials"]["selections"] == 6
+    dsr = ev["deflated_sharpe"]
+    assert dsr["segment"] == "validation" and dsr["sharpe"] == pytest.approx(np.mean([0.5, 0.6, 0.7] * 2))
+    assert 0.0 <= p["deflated_sharpe"] <= 1.0 and 0.0 <= p["psr"] <= 1.0
+    # Folds stitched per asset: 3 x 120 bars, 2 seeds; one calendar, so bars in blocks, seeds drawn.
+    assert ev["intervals"]["agent"]["bars"] == 3 * 120 and ev["intervals"]["agent"]["seeds"] == 2
+    assert ev["ci_method"].startswith("stationary block bootstrap over bars (series share a calendar")
+    assert "seeds drawn with replacement (2)" in ev["ci_method"]
     assert "seeds_note" in ev and "2 seed(s) x 1 asset(s)" in ev["series"]
     assert "95% CI [" in report["lines"][-1]
     on_disk = json.loads((tmp_path / "wf" / RESULT_FILE).read_text())
