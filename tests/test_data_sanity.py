@@ -102,3 +102,41 @@ def test_bid_above_ask_names_the_row(tmp_path):
     df.loc[31, "Bid"] = df.loc[31, "Ask"] * 1.01
     with pytest.raises(ValueError, match=r"ba\.csv, column 'Bid', row 31: bid .* is above ask"):
         _load(df, tmp_path / "ba.csv")
+
+
+# ---- dates a nanosecond timestamp cannot hold: named, never wrapped ---------------------------
+
+def test_dates_after_2262_are_named_not_wrapped_around(tmp_path):
+    from rl_zerosync.data.loaders import TimestampRangeError
+
+    days = np.arange(np.datetime64("2262-03-01"), np.datetime64("2262-03-01") + 60)  # past 2262-04-11
+    stamps = [str(d) for d in days]
+    wrapped = pd.to_datetime(pd.Series(stamps)).to_numpy(dtype="datetime64[ns]")[-1]
+    assert int(str(wrapped)[:4]) < 1800  # what a plain cast to nanoseconds makes of 2262-04-29: wrapped around
+    row = stamps.index("2262-04-12")
+    with pytest.raises(TimestampRangeError) as err:
+        _load(_frame(stamps), tmp_path / "late.csv")
+    msg = str(err.value)
+    assert msg.startswith(f"file {tmp_path / 'late.csv'}, column 'Date', row {row}: timestamp '2262-04-12'")
+    assert "outside the dates a timestamp holds here, 1677-09-21 .. 2262-04-11 (datetime64[ns])" in msg
+    with pytest.raises(TimestampRangeError, match=r"row 0: timestamp '1600-01-01'"):
+        _load(_frame(["1600-01-01"] + stamps[1:]), tmp_path / "early.csv")
+
+
+@pytest.mark.parametrize("start, unit, shown", [
+    (10_000_000_000, None, "epoch s"),  # 2286 in seconds, read as seconds by magnitude
+    (10_000_000_000_000, "s", "epoch s"),  # microseconds of 1970 read as seconds (data.timestamp_unit)
+    (9_300_000_000_000_000_000, None, "epoch ns"),  # past int64 nanoseconds
+])
+def test_epochs_outside_the_range_are_named(tmp_path, start, unit, shown):
+    from rl_zerosync.data.loaders import TimestampRangeError
+
+    epochs = np.arange(60, dtype=np.float64) * 86400 + start
+    with pytest.raises(TimestampRangeError, match=r"column 'Date', row 0: timestamp \S+ \(" + shown + r"\) is outside"):
+        _load(_frame(epochs), tmp_path / "e.csv", timestamp_unit=unit)
+
+
+def test_integer_nanosecond_epochs_keep_every_nanosecond(tmp_path):
+    epochs = DAYS.asi8 + np.arange(60)  # one nanosecond more each day: lost in a float64 round trip
+    m = _load(_frame(epochs), tmp_path / "ns.parquet")
+    assert np.array_equal(np.asarray(m.timestamps[0]).astype("datetime64[ns]").astype(np.int64), epochs)

@@ -81,6 +81,8 @@ def data_dir(tmp_path_factory) -> Path:
     _write_csv(d / "other" / "good.csv", n=610)  # another file of stem "good"
     _write_bars(d / "hourly.csv", edit=lambda f, i: f.__setitem__(
         "Date", pd.date_range("2020-01-01", periods=len(f), freq="h").strftime("%Y-%m-%d %H:%M")))
+    _write_csv(d / "y2262.csv", edit=lambda r: [row.__setitem__(0, str(np.datetime64("2261-01-01") + i))
+                                               for i, row in enumerate(r)])  # past 2262-04-11 at row 466
     (d / "a_folder.csv").mkdir()
     (d / "a_file").write_text("not a folder")
     (d / "noclose.csv").write_text((d / "good.csv").read_text().replace("Date,Close", "Date,Price", 1))
@@ -240,6 +242,8 @@ CASES = [
      ["pf.yaml: line", "YAML alias *l0", "aliases are not accepted in settings"]),
     ("yaml-duplicate-key", lambda d: _with_text(_csv_cfg(d), "model:\n  hidden: [16]\n  hidden: [32]\n"),
      ["pf.yaml: line", "key 'hidden' given twice in one mapping", "keep one"]),
+    ("date-after-2262", lambda d: _csv_cfg(d, "y2262.csv"),
+     ["y2262.csv", "'Date'", "row 466", "'2262-04-12'", "outside the dates a timestamp holds here", "2262-04-11"]),
     ("synthetic-short", lambda d: {"run": {"dir": str(d / "runs")}, "algo": {"num_gpus_per_learner": 0},
                                    "data": {"source": "synthetic", "num_assets": 2, "num_bars": 400},
                                    "env": {"episode_len": 128}, "runner": {"device": "cpu"}},

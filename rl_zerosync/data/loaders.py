@@ -402,11 +402,70 @@ def timestamp_note(raw, unit: str | None = None) -> str:
     return f"timestamps: epoch {chosen} ({'data.timestamp_unit' if unit not in (None, 'auto') else 'by magnitude'})"
 
 
+class TimestampRangeError(ValueError):
+    """A timestamp outside the dates a ``datetime64[ns]`` holds (1677-09-21 .. 2262-04-11): named by
+    row, never wrapped around to another century."""
+
+
+_NS_PER = {"s": 1e9, "ms": 1e6, "us": 1e3, "ns": 1.0}
+"""Nanoseconds per epoch unit."""
+
+
+def _out_of_range(where: str, i: int, raw, rows, shown: str) -> TimestampRangeError:
+    import pandas as pd
+
+    lo, hi = pd.Timestamp.min, pd.Timestamp.max
+    return TimestampRangeError(
+        f"{where}, row {rows[i]}: timestamp {_show(raw.iloc[i])} ({shown}) is outside the dates a timestamp holds "
+        f"here, {lo:%Y-%m-%d} .. {hi:%Y-%m-%d} (datetime64[ns]); check the data or data.timestamp_unit")
+
+
+def _epochs_to_ns(where: str, values: np.ndarray, unit: str, raw, rows) -> np.ndarray:
+    """Finite epochs in ``unit`` as ``datetime64[ns]`` (NaT where not finite), each checked to fit:
+    :class:`TimestampRangeError` naming the first that does not. Integer columns are scaled as
+    integers (exact to the nanosecond), others as whole units plus a rounded fraction."""
+    import pandas as pd
+
+    per = int(_NS_PER[unit])
+    limit = (2 ** 63 - 1) // per - 1  # whole units that fit in int64 nanoseconds (NaT is int64 min)
+    if pd.api.types.is_integer_dtype(raw.dtype):
+        ints = raw.to_numpy(dtype=np.int64)
+        bad = (ints > limit) | (ints < -limit)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise _out_of_range(where, i, raw, rows, f"epoch {unit}")
+        return (ints * per).astype("datetime64[ns]")
+    finite = np.isfinite(values)
+    bad = finite & (np.abs(values) > limit)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise _out_of_range(where, i, raw, rows, f"epoch {unit}")
+    v = np.where(finite, values, 0.0)
+    whole = np.floor(v)
+    # whole units exactly in int64, the fraction rounded to whole nanoseconds
+    ns = whole.astype(np.int64) * per + np.round((v - whole) * per).astype(np.int64)
+    return np.where(finite, ns, np.iinfo(np.int64).min).astype("datetime64[ns]")  # int64 min is NaT
+
+
+def _dates_to_ns(where: str, parsed, raw, rows) -> np.ndarray:
+    """Parsed dates (any resolution pandas chose) as ``datetime64[ns]``, each checked to fit:
+    :class:`TimestampRangeError` naming the first that does not (a cast would wrap it around)."""
+    import pandas as pd
+
+    outside = (parsed.notna() & ((parsed < pd.Timestamp.min) | (parsed > pd.Timestamp.max))).to_numpy()
+    if outside.any():
+        i = int(np.argmax(outside))
+        raise _out_of_range(where, i, raw, rows, parsed.iloc[i].isoformat())
+    return parsed.dt.as_unit("ns").to_numpy()
+
+
 def parse_timestamps(where: str, raw, rows, timestamp_format, dayfirst, unit=None) -> np.ndarray:
     """A timestamp column as naive UTC ``datetime64[ns]``: numbers are epochs (``unit``, else by
     magnitude: :func:`epoch_unit`), text and datetimes are parsed with their offsets (``Z``,
     ``+00:00``, ...) and converted to UTC (naive ones taken as UTC). ValueError naming ``where`` and
-    the row for a cell that does not parse, a duplicate or an earlier timestamp; bool refused."""
+    the row for a cell that does not parse, a duplicate or an earlier timestamp; bool refused; a
+    date outside 1677-09-21 .. 2262-04-11 is a :class:`TimestampRangeError` (converted with a
+    checked unit, never wrapped)."""
     import pandas as pd
 
     if pd.api.types.is_bool_dtype(raw.dtype):
@@ -414,19 +473,20 @@ def parse_timestamps(where: str, raw, rows, timestamp_format, dayfirst, unit=Non
     try:
         if _is_epoch(raw):
             values = raw.to_numpy(dtype=np.float64)
-            finite = np.isfinite(values)
-            chosen = check_timestamp_unit(unit) or epoch_unit(values[finite])
-            parsed = pd.Series(pd.to_datetime(np.where(finite, values, np.nan), unit=chosen, errors="coerce"))
+            chosen = check_timestamp_unit(unit) or epoch_unit(values[np.isfinite(values)])
+            ts = _epochs_to_ns(where, values, chosen, raw, rows)
         else:
             parsed = pd.Series(pd.to_datetime(raw, errors="coerce", format=timestamp_format, dayfirst=dayfirst,
                                               utc=True)).dt.tz_convert(None)
+            ts = _dates_to_ns(where, parsed, raw, rows)
+    except TimestampRangeError:
+        raise
     except (ValueError, TypeError, OverflowError) as exc:
         raise ValueError(f"{where}: timestamps cannot be parsed: {exc}") from exc
-    nat = parsed.isna().to_numpy()
+    nat = np.isnat(ts)
     if nat.any():
         i = int(np.argmax(nat))
         raise ValueError(f"{where}, row {rows[i]}: cannot parse timestamp {raw.iloc[i]!r}")
-    ts = parsed.to_numpy(dtype="datetime64[ns]")
     _check_order(where, ts, raw, rows)
     return ts
 
