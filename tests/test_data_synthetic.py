@@ -160,3 +160,15 @@ def test_loop_reference_takes_the_same_keywords():
         synthetic_series_loop(1, 10, drift=0.1)
     with pytest.raises(ValueError, match="p_stay_trend"):
         synthetic_series_loop(1, 100, p_stay_trend=1.5)
+
+
+def test_features_are_the_same_numbers_on_threads(monkeypatch):
+    """build_market computes assets' features on up to FEATURE_THREADS threads: the same tensors as one."""
+    import rl_zerosync.data.market as market
+
+    raw = synthetic_series(5, 3000, seed=9)
+    threaded = market.build_market(list(raw["close"]), list(raw["spread"]))
+    monkeypatch.setattr(market, "FEATURE_THREADS", 1)
+    single = market.build_market(list(raw["close"]), list(raw["spread"]))
+    for f in threaded.present_fields:
+        assert torch.equal(getattr(threaded, f), getattr(single, f)), f

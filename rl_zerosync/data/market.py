@@ -26,6 +26,8 @@ features are warm (the env never starts an episode before it).
 from __future__ import annotations
 
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields, replace
 from typing import Any, Mapping, Sequence
 
@@ -41,6 +43,9 @@ OPTIONAL_FIELDS = ("open", "high", "low")
 SPLITS = ("train", "validation", "test")
 TINY = 1e-12
 """Floor of a spread and its median inside ``obs_spread``'s logarithm (a zero spread stays finite)."""
+FEATURE_THREADS = 8
+"""Most threads computing assets' features at once in :func:`build_market` (pandas' rolling median
+and EWM release the GIL; an asset's features are the same numbers in any thread)."""
 DEFAULT_MAX_ABS_LOG_RETURN = 0.5
 """Default of ``data.max_abs_log_return``: a close-to-close move beyond +-0.5 in log (x1.65 or
 x0.61 in one bar) is taken as bad data (a spike, a missing split adjustment, a unit change)."""
@@ -337,7 +342,7 @@ def build_market(
         )
     if not math.isfinite(periods_per_year) or periods_per_year <= 0:
         raise ValueError(f"data.periods_per_year: expected a finite number > 0, got {periods_per_year!r}")
-    rows: dict[str, list[np.ndarray]] = {f: [] for f in TENSOR_FIELDS}
+    checked = []
     for a, (c, s) in enumerate(zip(closes, spreads)):
         c = np.asarray(c, dtype=np.float64)
         s = np.asarray(s, dtype=np.float64)
@@ -350,9 +355,9 @@ def build_market(
         _check_series(names[a], "close", c, positive=True)
         _check_series(names[a], "spread", s, positive=False)
         check_log_returns(f"market: asset {names[a]!r}, column 'close'", c, max_abs_log_return)
-        feats = compute_features(c, s, cfg)
-        for f in TENSOR_FIELDS:
-            rows[f].append(feats[f])
+        checked.append((c, s))
+    feats = _features(checked, cfg)
+    rows = {f: [x[f] for x in feats] for f in TENSOR_FIELDS}
     lengths = [len(r) for r in rows["close"]]
     width = max(lengths)
     device = torch.device(device)
@@ -368,6 +373,15 @@ def build_market(
         periods_per_year=float(periods_per_year),
         features=cfg,
     )
+
+
+def _features(series: Sequence[tuple[np.ndarray, np.ndarray]], cfg: FeatureConfig) -> list[dict[str, np.ndarray]]:
+    """:func:`compute_features` of each ``(close, spread)``, in order, on up to :data:`FEATURE_THREADS` threads."""
+    threads = min(len(series), FEATURE_THREADS, os.cpu_count() or 1)
+    if threads <= 1:
+        return [compute_features(c, s, cfg) for c, s in series]
+    with ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(lambda cs: compute_features(cs[0], cs[1], cfg), series))
 
 
 def _price_tensors(prices: Mapping[str, Sequence[np.ndarray]] | None, names: Sequence[str],
