@@ -154,3 +154,18 @@ def test_block_rule_takes_the_longest_dependence():
     block, how = block_rule([x], [pos])
     assert block == pytest.approx(position_time(pos)) and "position autocorrelation time" in how
     assert block_rule([x])[0] < 10
+
+
+def test_ratio_interval_of_the_efficiency():
+    from rl_zerosync.evaluation.calibrated import ratio_interval
+
+    rng = np.random.default_rng(9)
+    oracle = rng.normal(1.9, 0.6, 32)
+    agent = 0.75 * oracle + rng.normal(0.0, 0.3, 32)
+    iv = ratio_interval(agent, oracle, reps=1000)
+    assert iv["estimate"] == pytest.approx(agent.mean() / oracle.mean())
+    assert iv["low"] < iv["estimate"] < iv["high"] and 0.6 < iv["low"] and iv["high"] < 0.9
+    with pytest.raises(ValueError, match="b: expected a mean > 0"):
+        ratio_interval(agent, -oracle)
+    with pytest.raises(ValueError, match="at least 8 finite per-series"):
+        ratio_interval(agent[:4], oracle[:4])

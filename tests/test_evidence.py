@@ -93,6 +93,8 @@ def test_evidence_block_is_consistent(report):
     assert ev["power"]["warning"].startswith("validation cannot tell annualized Sharpe 1 from 0")
     assert ev["power"]["validation"]["standard_error"] == pytest.approx(ev["trials"]["se"])
     assert "95% CI [" in report["summary_line"] and "effective trials" in report["summary_line"]
+    # the oracle's efficiency needs 8 independent series for its cluster interval: 2 here, so the reason
+    assert "at least 8" in ev["intervals"]["efficiency"]["reason"] and s["efficiency_ci95"] is None
 
 
 def test_a_segment_too_short_for_the_statistics_leaves_the_report_with_the_reason(monkeypatch, capsys):
@@ -109,3 +111,24 @@ def test_a_segment_too_short_for_the_statistics_leaves_the_report_with_the_reaso
     assert report["summary"]["test_sharpe_ci95"] is None and report["summary"]["sharpe"] == 0.1
     assert report["summary"]["dsr_trials"] is None
     assert "warning: no evidence for this evaluation" in capsys.readouterr().err
+
+
+def test_oracle_and_efficiency_intervals_over_independent_series():
+    from rl_zerosync.evaluation.evidence import oracle_intervals
+
+    rng = np.random.default_rng(11)
+
+    class Result:
+        assets = [f"test{i}" for i in range(12)]
+        records = [{"net": rng.normal(0.0006, 0.01, 800)} for _ in range(12)]
+        oracle = {"available": True, "label": "oracle (knows the generator)", "variant": "x",
+                  **{f"test{i}": {"sharpe": 2.0 + 0.1 * i} for i in range(12)}}
+
+    out = oracle_intervals(Result, 252.0)
+    o = np.array([2.0 + 0.1 * i for i in range(12)])
+    a = np.array([r["net"].mean() / r["net"].std(ddof=1) * np.sqrt(252.0) for r in Result.records])
+    assert out["oracle"]["estimate"] == pytest.approx(o.mean()) and out["oracle"]["low"] < o.mean() < out["oracle"]["high"]
+    assert out["efficiency"]["estimate"] == pytest.approx(a.mean() / o.mean())
+    assert out["efficiency"]["low"] < out["efficiency"]["estimate"] < out["efficiency"]["high"]
+    Result.oracle = {"available": False, "reason": "file data"}
+    assert oracle_intervals(Result, 252.0) == {}

@@ -272,6 +272,36 @@ def panel_interval(a: Panel | Sequence[np.ndarray], b: Panel | Sequence[np.ndarr
             "design": design, "block": block, "bars": int(sum(r.size for r in pa[0])), "assets": m, "seeds": seeds}
 
 
+def ratio_interval(a: Sequence[float], b: Sequence[float], *, level: float = LEVEL, reps: int = REPS, seed: int = 0,
+                   device: torch.device | str | None = None) -> dict[str, Any]:
+    """Interval of ``mean(a) / mean(b)`` over independent series (``a[i]``, ``b[i]``: two strategies'
+    Sharpes on series ``i``, e.g. the agent's and the oracle's: the efficiency), by the cluster
+    bootstrap of :func:`panel_interval` (pairs of series drawn together, t-scaled percentile); needs
+    at least :data:`MIN_CLUSTERS` series and ``mean(b) > 0``."""
+    x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    m = x.size
+    if x.shape != y.shape or x.ndim != 1 or m < MIN_CLUSTERS or not (np.isfinite(x).all() and np.isfinite(y).all()):
+        raise ValueError(f"a, b: expected two equal-length lists of at least {MIN_CLUSTERS} finite per-series "
+                         f"Sharpes, got {x.shape} and {y.shape}")
+    if not y.mean() > 0:
+        raise ValueError(f"b: expected a mean > 0 (the denominator), got {y.mean():+.3f}")
+    level, reps = check_level(level), check_reps(reps)
+    dev = stats_device(device)
+    gen = generator(seed, dev)
+    c = cluster_counts(m, reps, gen)
+    xt, yt = torch.as_tensor(x, device=dev), torch.as_tensor(y, device=dev)
+    ratio = (c @ xt) / (c @ yt).clamp_min(1e-12)
+    est = float(x.mean() / y.mean())
+    from scipy import stats as st
+
+    scale = math.sqrt(m / (m - 1)) * float(st.t.ppf((1 + level) / 2, m - 1) / st.norm.ppf((1 + level) / 2))
+    q = torch.tensor([(1.0 - level) / 2.0, (1.0 + level) / 2.0], dtype=torch.float64, device=dev)
+    lo, hi = (est + (torch.quantile(ratio, q) - est) * scale).cpu().tolist()  # host read: the interval
+    return {"estimate": est, "low": float(lo), "high": float(hi), "level": level, "assets": m,
+            "method": f"cluster bootstrap over {m} independent series (pairs drawn together), {reps} reps, "
+                      "percentile, deviations x sqrt(m/(m-1)) x t(m-1)/z; statistic: mean(a) / mean(b)"}
+
+
 # ------------------------------------------------------------------------------------ deflated Sharpe
 def expected_max_z(n_trials: float) -> float:
     """Expected maximum of ``n_trials`` independent standard normals (Bailey & Lopez de Prado 2014's

@@ -289,6 +289,30 @@ def power_block(se_by_segment: Mapping[str, tuple[float, int]], chooser: str, ta
     return out
 
 
+def oracle_intervals(result, p: float, seed: int = 0) -> dict[str, Any]:
+    """On synthetic data, the oracle reference's mean Sharpe (cluster interval over its per-series
+    Sharpes) and the agent's efficiency ``agent / oracle`` with its interval
+    (:func:`~rl_zerosync.evaluation.calibrated.ratio_interval`); ``{}`` without an oracle, and the
+    reason instead of an interval when the series are too few or the oracle's mean is not > 0."""
+    from rl_zerosync.evaluation.calibrated import ratio_interval
+    from rl_zerosync.evaluation.metrics import sharpe_ratio
+
+    oracle = getattr(result, "oracle", None) or {}
+    if not oracle.get("available"):
+        return {}
+    o = np.array([float(oracle[name]["sharpe"]) for name in result.assets])
+    a = np.array([sharpe_ratio(n, p) for n in agent_nets(result)])
+    out: dict[str, Any] = {}
+    try:
+        level = ratio_interval(o, np.ones_like(o), seed=seed)  # mean(o) / 1: the oracle's mean Sharpe
+        out["oracle"] = {**level, "method": level["method"].replace("mean(a) / mean(b)", "mean of per-series Sharpe"),
+                         "label": oracle.get("label"), "variant": oracle.get("variant")}
+        out["efficiency"] = ratio_interval(a, o, seed=seed)
+    except ValueError as err:
+        out["efficiency"] = {"estimate": None, "reason": str(err)}
+    return out
+
+
 # ---------------------------------------------------------------------------------------- the block
 def _interval_text(iv: Mapping[str, Any]) -> list[float]:
     return [iv["low"], iv["high"]]
@@ -310,6 +334,7 @@ def evidence_block(results: Mapping[str, Any], segments: Sequence[str], run_dir:
         intervals[rule] = interval(rule_nets(last, rule), None, last, p, seed)
     intervals["agent_minus_best_rule"] = {"best_rule": best, **interval(agent, rule_nets(last, best), last, p, seed, pos)}
     intervals["agent_minus_buy_and_hold"] = interval(agent, rule_nets(last, "buy_and_hold"), last, p, seed, pos)
+    intervals.update(oracle_intervals(last, p, seed))
     trials = selection_trials(chooser, run_dir, metric, seed)
     dsr = deflate([trials])
     psr = {"value": psr_calibrated(intervals["agent"]["estimate"], intervals["agent"]["se"]),
@@ -345,11 +370,15 @@ def summary_keys(evidence: Mapping[str, Any]) -> dict[str, Any]:
             "pbo": evidence["pbo"]["value"],
             "pbo_agent": evidence.get("pbo_agent", {}).get("value"),
             "spa_pvalue": evidence["spa"]["pvalue_consistent"],
+            "oracle_sharpe_ci95": _interval_text(iv["oracle"]) if "oracle" in iv else None,
+            "efficiency_ci95": _interval_text(iv["efficiency"]) if iv.get("efficiency", {}).get("estimate") is not None
+            else None,
             "ci_method": evidence["ci_method"]}
 
 
 SUMMARY_KEYS = ("test_sharpe_ci95", "agent_minus_best_rule_ci95", "deflated_sharpe", "dsr_trials", "dsr_variance",
-                "dsr_expected_max", "dsr_sharpe", "psr", "trials", "pbo", "pbo_agent", "spa_pvalue", "ci_method")
+                "dsr_expected_max", "dsr_sharpe", "psr", "trials", "pbo", "pbo_agent", "spa_pvalue", "oracle_sharpe_ci95",
+                "efficiency_ci95", "ci_method")
 """The keys :func:`summary_keys` gives (None when the segment had no evidence)."""
 
 
@@ -360,8 +389,11 @@ def short_text(evidence: Mapping[str, Any]) -> str:
     dsr = evidence["deflated_sharpe"]
     dsr_txt = (f"DSR {dsr['value']:.2f} (validation Sharpe {dsr['sharpe']:+.2f} vs expected best "
                f"{dsr['expected_max']:+.2f} of {dsr['trials']:.1f} effective trials)")
+    eff = iv.get("efficiency") or {}
+    eff_txt = (f", efficiency vs the oracle {eff['estimate']:.2f} [{eff['low']:.2f}, {eff['high']:.2f}]"
+               if eff.get("estimate") is not None else "")
     return (f"95% CI [{a['low']:+.2f}, {a['high']:+.2f}], vs rule chosen on validation ({d['best_rule']}) "
-            f"{d['estimate']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}], {dsr_txt}")
+            f"{d['estimate']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}], {dsr_txt}{eff_txt}")
 
 
 RETURNS_FILE = "returns_{segment}.npz"
@@ -446,9 +478,11 @@ def add_evidence(report: dict, results: Mapping[str, Any], segments: Sequence[st
     the rest of the report stands."""
     from rl_zerosync.data.data_settings import heldout_counts
     from rl_zerosync.evaluation.backtest import best_rule
+    from rl_zerosync.evaluation.deploy import attach_deployment
     from rl_zerosync.rundir.checkpoints import warn
 
     report["summary"]["heldout_test_series"] = heldout_counts(report.get("data"))["heldout_test_series"]
+    attach_deployment(report, results, segments, out_dir)  # decided on validation: evaluation/deploy.py
     try:
         evidence = evidence_block(results, segments, run_dir, metric)
     except ValueError as err:
