@@ -251,7 +251,8 @@ def panel_interval(a: Panel | Sequence[np.ndarray], b: Panel | Sequence[np.ndarr
     if clusters:
         low_t, high_t, se_t, text = _cluster_interval(d, reps, gen, level, how)
         block, design = None, "series clusters"
-        method = (f"cluster bootstrap over {m} independent series (whole series drawn with replacement, bars kept)"
+        method = (f"cluster bootstrap over {m} independent series (whole series drawn with replacement, bars kept "
+                  f"whole: no block rule needed; series on one calendar get bar blocks by the block rule)"
                   f"{f', seeds drawn with replacement ({seeds}, crossed)' if seeds > 1 else ''}, {reps} reps, {text}")
     else:
         cells, blocks = _bar_replicates(pa, pb, p, reps, gen, shared=not independent_series, positions=positions)
