@@ -60,6 +60,22 @@ Second round (ownership of files, exit codes, guard halts, resume against the ru
 * ``seeds-driver-kill-9``: the ``--seeds`` driver SIGKILLed alone: its child gets SIGTERM, writes its
   checkpoint and exits; ``seeds.json`` is marked partial.
 
+Third round (data files and the state around them):
+
+* ``data-file-changed-under-its-path``: a run trained on a 1,200-bar dated CSV, evaluated, then the
+  file's last 300 bars removed: ``evaluate`` of the run's own segments is refused with one line
+  naming the file (no evaluation written), ``train --resume`` is refused before anything is written,
+  and ``evaluate --data FILE`` of the shortened file counts the bars inside the training period the
+  run recorded (``overlapping_bars`` > 0, ``training_period_source`` "recorded by the run").
+* ``export-full-disk``: ``export`` under a 2 KB file size limit (``RLIMIT_FSIZE``, the kernel's
+  EFBIG: a real failed write) ends with exit 4 and one line, no ``.tmp`` left.
+* ``evaluate-best-without-checkpoint_best``: a run directory holding ``checkpoint/`` but no
+  ``checkpoint_best/``: ``evaluate`` and ``export`` (``--which best``, the default) are refused with
+  one line naming ``--which last``; ``evaluate --which last`` completes.
+
+The new bad inputs (two files of one stem, one file listed twice, assets at different bar rates,
+a YAML alias bomb, a key given twice, a date after 2262) come from ``CASES`` like the others.
+
 Writes ``benchmarks/results/reliability.json`` (``--out``): date, hardware, versions, git (the
 commit and the package files that differ from it), config, every
 case (exit codes, wall times, the error line or the tail of the output, the checks that failed)
@@ -100,8 +116,10 @@ TEST_HELPERS = ("tiny_run",)
 ``tests/`` on ``sys.path``; here they are loaded first, under those names)."""
 
 RAY_BANNER = "Started a local Ray instance"
+LIMIT_S = 10.0
+"""Wall seconds within which a refusal (a bad input, a changed data file) must come."""
 QUICK_BAD = ("yaml-type", "not-yaml", "nan-close", "gpu-learner", "gpu-env-runner", "run-name-dot", "bool-close",
-             "close-above-high")
+             "close-above-high", "yaml-alias-bomb")
 FULL_ITERS = 8
 """Iterations of the fault runs that must complete (the kill-mid-training run: 2 x this)."""
 
@@ -141,6 +159,17 @@ elif point == "between-renames":  # checkpoint/ moved to checkpoint.1/, checkpoi
 else:
     raise SystemExit(f"unknown kill point {point!r}")
 sys.exit(main(sys.argv[1:]))
+'''
+
+# The command line under a file size limit: a write past RLIMIT_FSIZE fails with EFBIG (a real failed
+# write, as on a full disk; SIGXFSZ ignored so that the write returns the error).
+FSIZE_LAUNCHER = r'''
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+limit = int(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+from rl_zerosync.cli import main
+sys.exit(main(sys.argv[2:]))
 '''
 
 # Training through the Python API (no CLI preflight); prints the exception as one JSON line.
@@ -316,9 +345,15 @@ class Proc:
 
 
 def _run(cmd: list[str], log_dir: Path, tag: str, timeout: float = 300, env: Optional[dict] = None) -> dict:
+    """Run ``cmd`` to its end: exit code, wall seconds, output, and its CPU seconds and the load
+    average (a slow command tells itself from a busy machine)."""
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = Proc(cmd, log_dir, tag, env)
     rc = proc.wait(timeout)
-    return {"rc": rc, "wall_s": round(proc.wall, 2), "stdout": proc.stdout, "stderr": proc.stderr}
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+    return {"rc": rc, "wall_s": round(proc.wall, 2), "stdout": proc.stdout, "stderr": proc.stderr,
+            "cpu_s": round(cpu_s, 2), "load_avg_1m": round(os.getloadavg()[0], 2)}
 
 
 def _cli(*args: str) -> list[str]:
@@ -398,6 +433,7 @@ def _named_refusal(r: dict, needles: list[str], *, limit_s: Optional[float] = No
 def _step(name: str, r: dict, failed: list[str], **extra: Any) -> dict:
     lines = _error_lines(r["stderr"])
     out = {"step": name, "ok": not failed, "rc": r["rc"], "wall_s": r["wall_s"], **extra}
+    out.update({k: r[k] for k in ("cpu_s", "load_avg_1m") if k in r})
     if lines:
         out["error_line"] = lines[-1][:1000]
     if failed:
@@ -941,6 +977,119 @@ def fault_seeds_driver_kill(work: Path) -> dict:
     return _fault("seeds-driver-kill-9", [_step("child stops with its driver", r, failed)])
 
 
+# ---- third round: data files changed under their path, a full disk, a missing best checkpoint -------
+
+def _dated_csv(path: Path, n: int) -> Path:
+    """``n`` dated business-day bars (Date, Close, High, Low) of a seeded random walk."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(7)
+    close = 100.0 * np.exp(np.cumsum(rng.normal(0.0, 0.01, n)))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame({"Date": pd.bdate_range("2010-01-04", periods=n).strftime("%Y-%m-%d"), "Close": close,
+                  "High": close * 1.004, "Low": close * 0.996}).to_csv(path, index=False)
+    return path
+
+
+def _report(out: Path) -> dict:
+    try:
+        return json.loads((out / "metrics.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def fault_data_file_changed(work: Path) -> dict:
+    """A run's CSV loses its last 300 bars after training (module doc): the run's own segments are
+    refused by name, ``--resume`` too, and ``--data`` counts the bars inside the recorded training period."""
+    import yaml
+
+    root = work / "data_changed"
+    shutil.rmtree(root, ignore_errors=True)
+    csv = _dated_csv(root / "bars.csv", 1200)
+    raw = yaml.safe_load(SMOKE.read_text())
+    raw["run"].update({"dir": str(root), "name": "d", "iterations": 3, "checkpoint_every": 1, "evaluate": False})
+    raw["data"] = {"source": "csv", "paths": [str(csv)], "periods_per_year": 252,
+                   "columns": {"timestamp": "Date", "close": "Close", "high": "High", "low": "Low"}}
+    config = root / "d.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    run_dir = root / "d"
+    first = _run(_cli("train", "--config", str(config)), root, "train")
+    steps = [_step("train on 1,200 bars", first, [] if first["rc"] == 0 else
+                   [f"exit code {first['rc']}: {_tail(first['stderr'])}"])]
+    ev0 = _run(_cli("evaluate", "--checkpoint", str(run_dir), "--out", str(root / "ev0")), root, "ev0", timeout=240)
+    overlap0 = _report(root / "ev0").get("overlap", {})
+    failed = [] if ev0["rc"] == 0 else [f"exit code {ev0['rc']}: {_tail(ev0['stderr'])}"]
+    if overlap0.get("overlapping_bars") != 0:
+        failed.append(f"overlap of the run's own test segment: {overlap0}")
+    steps.append(_step("evaluate (unchanged file)", ev0, failed))
+    lines = csv.read_text().splitlines(keepends=True)
+    csv.write_text("".join(lines[:-300]))  # the last 300 bars removed
+    needles = [f"data file {csv} changed since the run recorded it"]
+    ev1 = _run(_cli("evaluate", "--checkpoint", str(run_dir), "--out", str(root / "ev1")), root, "ev1", timeout=240)
+    failed = _named_refusal(ev1, needles + ["--data FILE"], limit_s=LIMIT_S, one_line=True)
+    if (root / "ev1").exists():
+        failed.append("an evaluation was written from the changed file")
+    steps.append(_step("evaluate of the run's own segments (changed file)", ev1, failed))
+    before = _tree(run_dir)
+    res = _run(_cli("train", "--config", str(config), "--set", "run.iterations=5", "--resume", str(run_dir)),
+               root, "resume", timeout=120)
+    failed = _named_refusal(res, needles + ["--resume"], limit_s=LIMIT_S)
+    if _tree(run_dir) != before:
+        failed.append("the run directory changed")
+    steps.append(_step("train --resume (changed file)", res, failed))
+    ev2 = _run(_cli("evaluate", "--checkpoint", str(run_dir), "--data", str(csv), "--out", str(root / "ev2")),
+               root, "ev2", timeout=240)
+    overlap = _report(root / "ev2").get("overlap", {})
+    failed = [] if ev2["rc"] == 0 else [f"exit code {ev2['rc']}: {_tail(ev2['stderr'])}"]
+    if not overlap.get("overlapping_bars") or overlap.get("training_period_source") != "recorded by the run":
+        failed.append(f"overlap not counted against the recorded training period: {overlap}")
+    steps.append(_step("evaluate --data FILE (the shortened file)", ev2, failed,
+                       overlapping_bars=overlap.get("overlapping_bars"), evaluated_bars=overlap.get("evaluated_bars")))
+    return _fault("data-file-changed-under-its-path", steps)
+
+
+def fault_export_full_disk(work: Path, base: Path) -> dict:
+    """``export`` under a 2 KB file size limit: exit 4, one line naming the ``.tmp``, nothing left."""
+    root = work / "export_full"
+    shutil.rmtree(root, ignore_errors=True)
+    out = root / "model" / "p.pt"
+    out.parent.mkdir(parents=True)
+    r = _run([sys.executable, "-c", FSIZE_LAUNCHER, "2048", "export", "--checkpoint", str(base), "--which", "last",
+              "--out", str(out)], root, "export", timeout=240)
+    step = _exit_step("export with a 2 KB file size limit", r, 4, ["write failed", "export: cannot write", "p.pt.tmp"])
+    left = sorted(p.name for p in out.parent.iterdir())
+    if left:
+        step["ok"] = False
+        step.setdefault("failed_checks", []).append(f"left behind: {left}")
+    return _fault("export-full-disk", [step])
+
+
+def fault_evaluate_without_best(work: Path, base: Path) -> dict:
+    """A run without ``checkpoint_best/``: ``--which best`` (the default) is an error for evaluate and
+    export, never the last checkpoint silently; ``--which last`` evaluates."""
+    root = work / "no_best"
+    shutil.rmtree(root, ignore_errors=True)
+    run_dir = root / "run"
+    shutil.copytree(base, run_dir, ignore=shutil.ignore_patterns("checkpoint_best"))
+    steps = []
+    needles = ["no checkpoint_best/", "--which last"]
+    for tag, args, out in (("evaluate", ("evaluate", "--checkpoint", str(run_dir), "--out", str(root / "ev")), root / "ev"),
+                           ("export", ("export", "--checkpoint", str(run_dir), "--out", str(root / "p.pt")),
+                            root / "p.pt")):
+        r = _run(_cli(*args), root, tag, timeout=120)
+        failed = _named_refusal(r, needles, limit_s=LIMIT_S, one_line=True)
+        if out.exists():
+            failed.append(f"{out.name} written from another checkpoint")
+        steps.append(_step(f"{tag} --which best", r, failed))
+    last = _run(_cli("evaluate", "--checkpoint", str(run_dir), "--which", "last", "--out", str(root / "ev_last")),
+                root, "last", timeout=240)
+    failed = [] if last["rc"] == 0 and (root / "ev_last" / "metrics.json").is_file() else [
+        f"exit code {last['rc']}: {_tail(last['stderr'])}"]
+    steps.append(_step("evaluate --which last", last, failed))
+    return _fault("evaluate-best-without-checkpoint_best", steps)
+
+
 def _git() -> dict:
     """The commit measured, and the files of the package that differ from it."""
     def git(*args: str) -> str:
@@ -1025,6 +1174,8 @@ def main(argv: Optional[list[str]] = None) -> dict:
             fault(fault_all_checkpoints_damaged, work, base, integrity.WEIGHTS, integrity._scribble)
             fault(fault_kill_in_evaluate, work, base)
             fault(fault_evaluate_other_data, work, base)
+            fault(fault_export_full_disk, work, base)
+            fault(fault_evaluate_without_best, work, base)
         fault(fault_runner_kill, work, FULL_ITERS)
         fault(fault_data_error_remote_runners, work, data_dir, preflight)
         fault(fault_overwrite_keeps_other_files, work, 2)
@@ -1033,6 +1184,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
         fault(fault_run_dir_deleted, work)
         fault(fault_walkforward_resume, work)
         fault(fault_seeds_driver_kill, work)
+        fault(fault_data_file_changed, work)
 
     _print_table(bad, faults)
     summary = {
