@@ -86,6 +86,9 @@ def _parser() -> argparse.ArgumentParser:
                         "<dir>/<name>/seed<k>/fold<i>/")
     e.add_argument("--overwrite", action="store_true",
                    help="with --walk-forward: retrain folds whose run directories already hold a run")
+    e.add_argument("--deploy-margin", type=float, default=None, metavar="SHARPE",
+                   help="with --walk-forward: each fold deploys the agent only when agent - best baseline on its "
+                        "validation segment and the lower bound of that interval exceed this (default 0.0)")
     e.add_argument("--resume", action="store_true",
                    help="with --walk-forward: continue an interrupted walk-forward: finished folds are read "
                         "back, not retrained; an interrupted fold resumes from its newest valid checkpoint "
@@ -179,7 +182,8 @@ def _walk_forward(args) -> int:
         return 2
     try:
         report = walk_forward(settings, args.walk_forward, out_dir=args.out, overwrite=args.overwrite,
-                              anchored=args.anchored, seeds=seeds, resume=args.resume)
+                              anchored=args.anchored, seeds=seeds, resume=args.resume,
+                              **({} if args.deploy_margin is None else {"deploy_margin": args.deploy_margin}))
     except WalkForwardError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -24,6 +24,10 @@ folds pooled. ``evidence`` (:func:`walk_forward_evidence`): each asset's test re
 the folds (the pooled out-of-sample period), the agent's mean Sharpe, agent - best rule and agent -
 buy-and-hold with block-bootstrap intervals over bars (and seeds, with several), PSR and DSR with
 the trials counted (rule variants searched in every fold, checkpoints compared in every run).
+``deployment`` (:func:`rl_zerosync.evaluation.deploy.walk_forward_deployment`): per fold the policy
+deployed by a decision on that fold's validation returns only (the agent, or the best baseline on
+validation; margin ``deploy_margin``), and the deployed policies' test returns stitched per asset:
+pooled Sharpe and deployed - buy-and-hold with calibrated intervals, how many folds deployed the agent.
 
 Synthetic data is rejected: its held-out evaluation uses fresh series from other seeds.
 
@@ -62,6 +66,7 @@ import numpy as np
 
 from rl_zerosync.data.data_settings import DEFAULT_SPLIT, split_fractions
 from rl_zerosync.data.market import SPLITS, check_window
+from rl_zerosync.evaluation.deploy import DEFAULT_MARGIN, add_walk_forward_deployment, check_margin
 
 RESULT_FILE = "walk_forward.json"
 FOLD_METRICS = "metrics.json"
@@ -414,7 +419,8 @@ def _fresh_folds(folds_settings, out_dir: Path, overwrite: bool) -> None:
 
 
 def walk_forward(settings, k: int, out_dir: str | Path | None = None, *, overwrite: bool = False,
-                 anchored: bool = False, seeds: Sequence[int] | None = None, resume: bool = False) -> dict[str, Any]:
+                 anchored: bool = False, seeds: Sequence[int] | None = None, resume: bool = False,
+                 deploy_margin: float = DEFAULT_MARGIN) -> dict[str, Any]:
     """Train and evaluate K walk-forward folds of ``settings`` (a file data source); returns the
     report written to ``<out_dir>/walk_forward.json`` (default ``out_dir``: the run directory).
 
@@ -423,7 +429,8 @@ def walk_forward(settings, k: int, out_dir: str | Path | None = None, *, overwri
     trains. ``resume``: continue an interrupted walk (finished folds reused, the interrupted one
     resumed from its checkpoint; module doc); ``overwrite``: retrain every fold. A fold whose
     training was interrupted ends the walk: the report then has the folds done, ``"complete": false``
-    and, for a signal, ``"interrupted_by"``.
+    and, for a signal, ``"interrupted_by"``. ``deploy_margin``: the margin of every fold's deployment
+    decision (:mod:`rl_zerosync.evaluation.deploy`), made on the fold's validation returns.
     """
     from rl_zerosync.run import train as train_module
     from rl_zerosync.rundir.lock import RunDirError, RunLock
@@ -442,6 +449,7 @@ def walk_forward(settings, k: int, out_dir: str | Path | None = None, *, overwri
         windows = fold_windows(k, fractions, within=settings.data.get("window"), anchored=anchored)
     except ValueError as err:
         raise WalkForwardError(str(err)) from err
+    deploy_margin = check_margin(deploy_margin)
     if seeds is not None and (not seeds or len(set(seeds)) != len(seeds)):
         raise WalkForwardError(f"walk-forward: seeds must be distinct ints >= 0, got {list(seeds)!r}")
     out_dir = Path(out_dir) if out_dir is not None else settings.run_dir
@@ -470,11 +478,11 @@ def walk_forward(settings, k: int, out_dir: str | Path | None = None, *, overwri
         changes = [compare(s, s.run_dir) for s in folds_settings]
     with RunLock(settings.run_dir):
         return _walk(settings, k, out_dir, folds, folds_settings, changes, fractions, windows, anchored, seeds,
-                     resume, overwrite, train_module)
+                     resume, overwrite, train_module, deploy_margin)
 
 
 def _walk(settings, k, out_dir: Path, folds, folds_settings, changes, fractions, windows, anchored, seeds,
-          resume: bool, overwrite: bool, train_module) -> dict[str, Any]:
+          resume: bool, overwrite: bool, train_module, deploy_margin: float = DEFAULT_MARGIN) -> dict[str, Any]:
     """:func:`walk_forward` under the parent's lock: plan (or clear) the folds, train, pool, write."""
     if resume:
         plans = [fold_plan(s) for s in folds_settings]
@@ -484,7 +492,7 @@ def _walk(settings, k, out_dir: Path, folds, folds_settings, changes, fractions,
     report: dict[str, Any] = {
         "k": k, "config": settings.source, "name": settings.run.name, "split": list(fractions),
         "within": [windows[0][0], windows[-1][1]], "anchored": bool(anchored),
-        "seeds": list(seeds) if seeds is not None else None,
+        "seeds": list(seeds) if seeds is not None else None, "deploy_margin": deploy_margin,
         "folds": [], "pooled": {}, "complete": False,
     }
     if resume:
@@ -531,6 +539,7 @@ def _walk(settings, k, out_dir: Path, folds, folds_settings, changes, fractions,
         report["evidence"] = walk_forward_evidence(report["folds"])
         report["pooled"].update(_evidence_summary(report["evidence"]))
     report["lines"] = [fold_line(f) for f in report["folds"]] + [pooled_line(report["pooled"])]
+    add_walk_forward_deployment(report)  # per fold decided on its validation returns; the pooled line
     path.write_text(json.dumps(report, indent=2, default=_json_default))
     report["path"] = str(path)
     return report
