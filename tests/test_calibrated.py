@@ -22,7 +22,8 @@ def test_dsr_reproduces_the_papers_worked_example():
     out = deflated_sharpe(sr, se, 100, se_trial=math.sqrt(0.5))
     assert out["expected_max"] / math.sqrt(p) == pytest.approx(0.1132, abs=5e-5)
     assert out["value"] == pytest.approx(0.9004, abs=5e-5)
-    assert expected_max_z(1) == 0.0
+    assert expected_max_z(1) == 0.0 and expected_max_z(1.1) == 0.0  # never below no selection at all
+    assert 0.0 < expected_max_z(1.5) < expected_max_z(2) < expected_max_z(20)
     with pytest.raises(ValueError, match="n_trials: expected a number >= 1"):
         expected_max_z(0.5)
     with pytest.raises(ValueError, match="se: expected a standard error > 0"):

@@ -306,8 +306,9 @@ def ratio_interval(a: Sequence[float], b: Sequence[float], *, level: float = LEV
 # ------------------------------------------------------------------------------------ deflated Sharpe
 def expected_max_z(n_trials: float) -> float:
     """Expected maximum of ``n_trials`` independent standard normals (Bailey & Lopez de Prado 2014's
-    approximation ``(1 - g) Phi^-1(1 - 1/N) + g Phi^-1(1 - 1/(N e))``, ``g`` Euler-Mascheroni); 0 for
-    one trial. ``n_trials`` may be fractional (an effective count)."""
+    approximation ``(1 - g) Phi^-1(1 - 1/N) + g Phi^-1(1 - 1/(N e))``, ``g`` Euler-Mascheroni), at
+    least 0 (the approximation turns negative below ~1.3 trials); 0 for one trial. ``n_trials`` may
+    be fractional (an effective count)."""
     n = float(n_trials)
     if not (math.isfinite(n) and n >= 1.0):
         raise ValueError(f"n_trials: expected a number >= 1 (effective trials), got {n_trials!r}")
@@ -315,7 +316,9 @@ def expected_max_z(n_trials: float) -> float:
         return 0.0
     z1 = stats.norm.ppf(1.0 - 1.0 / n)
     z2 = stats.norm.ppf(1.0 - 1.0 / (n * math.e))
-    return float((1 - EULER_MASCHERONI) * z1 + EULER_MASCHERONI * z2)
+    # The approximation is for many trials; below ~1.3 effective trials it turns negative, where the
+    # expected best of n >= 1 trials is >= 0: floored at 0 (one trial, no selection).
+    return max(0.0, float((1 - EULER_MASCHERONI) * z1 + EULER_MASCHERONI * z2))
 
 
 def effective_trials(returns: np.ndarray) -> tuple[float, str]:
