@@ -285,6 +285,24 @@ def throughput(r) -> str:
     return "\n".join(out)
 
 
+def synthetic_gen(r) -> str:
+    """The synthetic generator, loop over bars against vectorised in the same run (``synthetic_gen.json``)."""
+    out = [_head(r), "| series | assets × bars | loop, CPU s | vectorised, CPU s | × | same bits |",
+           "| --- | ---: | ---: | ---: | ---: | --- |"]
+    for x in r["generation"]:
+        out.append(f"| {x['series'].replace('_', ' ')} | {x['assets']} × {x['bars']:,} | {x['loop_cpu_s']:.3f} "
+                   f"| {x['vectorised_cpu_s']:.3f} | {x['speedup_cpu']:.1f} | {'yes' if x['bit_for_bit'] else 'no'} |")
+    b, c, hw = r["build"], r["cadence"], r["hardware"]
+    load = [hw[k][0] for k in ("load_average_at_start", "load_average_at_end") if k in hw]
+    out += ["", f"One training generation built as the prefetch process builds it (series, features, checks; "
+                f"wall medians): {b['vectorised_wall_s']:.3f} s, {b['vectorised_1_thread_wall_s']:.3f} s with the "
+                f"features on one thread, {b['loop_wall_s']:.3f} s with the loop; swapped in every "
+                f"{c['regenerate_every']} × {c['iteration_s'] * 1e3:.1f} ms: advance() median "
+                f"{c['advance_median_s'] * 1e3:.1f} ms, max {c['advance_max_s'] * 1e3:.1f} ms"
+                + (f" (load average {' to '.join(f'{x:.1f}' for x in load)} on {hw['cpu_count']} cores)." if load else ".")]
+    return "\n".join(out)
+
+
 SYNC_SITES = {
     "ray/rllib/core/learner/torch/torch_learner.py:204": "`not torch.isfinite(grad).all()` per parameter (NaN check)",
     "ray/rllib/core/learner/torch/torch_learner.py:263": "`all(torch.isfinite(param.grad).all() ...)` per parameter "
@@ -602,7 +620,8 @@ def reliability(r) -> str:
 
 # ----------------------------------------------------------------------------------------- main
 TABLES = (
-    ("learning_cpu_quick", learning_cpu_quick), ("learning", learning), ("coverage", coverage), ("wholerun", wholerun), ("learning_sweep", learning_sweep), ("throughput", throughput), ("e2e", e2e),
+    ("learning_cpu_quick", learning_cpu_quick), ("learning", learning), ("coverage", coverage), ("wholerun", wholerun),
+    ("synthetic_gen", synthetic_gen), ("learning_sweep", learning_sweep), ("throughput", throughput), ("e2e", e2e),
     ("learner", learner), ("learner_profile", learner_profile),
     ("stock_syncs", stock_syncs), ("env_runner", env_runner), ("cartpole", cartpole), ("scaling", scaling),
     ("scaling_learner", scaling_learner), ("kernels", kernels), ("env", env),
