@@ -164,14 +164,15 @@ def learning_cpu_quick(r) -> str:
     out = [_head(r, gpu=f"CPU (no GPU), {hw.get('cpu_count', '?')} cores, {hw.get('torch_threads', '?')} torch "
                         f"thread(s)"),
            "| config | iterations | seeds | held-out test series | test Sharpe [95% CI] | best rule (chosen on "
-           "validation) | agent − best rule [95% CI] | buy-and-hold | PSR | DSR | trials | PBO (rule variants) |",
-           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+           "validation) | agent − best rule [95% CI] | buy-and-hold | PSR (test) | DSR (validation) | expected best "
+           "of the trials | effective trials | PBO (rule variants) |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
            f"| {config} | {b['iterations']:,} | {s['seeds']} | {s['heldout_test_series']} "
            f"| {s['test_sharpe_mean']:+.2f} {_ci(s['test_sharpe_ci95'])} "
            f"| {s['best_rule_test_sharpe_mean']:+.2f} ({', '.join(best)}) "
            f"| {s['agent_minus_best_rule']:+.2f} {_ci(s['agent_minus_best_rule_ci95'])} "
            f"| {s['rules_test_sharpe_mean']['buy_and_hold']:+.2f} | {s['psr']:.2f} | {s['deflated_sharpe']:.2f} "
-           f"| {_trials(s['trials'])} | {s['pbo']:.2f} |",
+           f"(on {s['dsr_sharpe']:+.2f}) | {s['dsr_expected_max']:+.2f} | {_trials(s['dsr_trials'])} | {s['pbo']:.2f} |",
            "", f"Verdict: {_verdict(s['agent_minus_best_rule_ci95'])}; {b['wall_s']:.0f} s wall for both seeds.",
            f"Intervals: {s['ci_method']}.",
            f"Trials counted: {s['trials_counted']}."]
