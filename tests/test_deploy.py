@@ -212,3 +212,37 @@ def test_walk_forward_decides_every_fold_on_validation_and_pools_the_deployed_po
     assert walk_forward_deployment(folds, margin=100.0)["folds_deploying_agent"] == 0
     missing = walk_forward_deployment(folds + [{"fold": 3, "run_dir": str(tmp_path / "none")}])
     assert missing["value"] is None and DEPLOY_FILE in missing["reason"]
+
+
+def test_walk_forward_reports_each_fold_s_decision_and_the_deployed_line(tmp_path, monkeypatch):
+    import yaml
+
+    import rl_zerosync.run.train as train_module
+    from rl_zerosync.config.settings import from_dict
+    from rl_zerosync.run.walkforward import RESULT_FILE, walk_forward
+
+    root = Path(__file__).resolve().parent.parent
+    raw = yaml.safe_load((root / "configs" / "smoke.yaml").read_text())
+    raw["run"].update({"dir": str(tmp_path), "name": "wf"})
+    raw["data"] = {"source": "csv", "paths": [str(root / "benchmarks" / "data" / "STOCKS_GOOGL.csv")],
+                   "features": {"warmup": 32, "median_window": 126}, "periods_per_year": 252}
+    folds = iter([(0, -0.0003), (1, 0.002)])  # (market seed, agent drift): noise, then a planted edge
+
+    def fake_train(s, **kw):  # a fold's evaluation: its summary and the deployment file
+        _fold_file(s.run_dir, *next(folds))
+        return {"evaluation": {"summary": {"segment": "test", "sharpe": 0.1, "buy_and_hold_sharpe": 1.0}}}
+
+    monkeypatch.setattr(train_module, "train", fake_train)
+    report = walk_forward(from_dict(raw, source="test"), 2, deploy_margin=0.05)
+    dep = report["deployment"]
+    assert report["deploy_margin"] == dep["margin"] == 0.05
+    assert [f["deployment"]["deployed"] for f in report["folds"]] == ["buy_and_hold", "agent"]
+    assert report["pooled"]["folds_deploying_agent"] == 1 and report["pooled"]["deploy_decisions"] == 2
+    lo, hi = report["pooled"]["deployed_test_sharpe_ci95"]
+    assert lo <= report["pooled"]["deployed_test_sharpe"] <= hi
+    assert report["lines"][-1].startswith("deployed policy (decided on validation, margin +0.05): pooled test sharpe")
+    assert "agent deployed in 1/2 folds (0: buy_and_hold, 1: agent)" in report["lines"][-1]
+    on_disk = json.loads((tmp_path / "wf" / RESULT_FILE).read_text())
+    assert on_disk["pooled"]["deployed_test_sharpe_ci95"] == [lo, hi]
+    with pytest.raises(ValueError, match="deploy margin"):
+        walk_forward(from_dict(raw, source="test"), 2, deploy_margin=float("nan"), overwrite=True)

@@ -88,8 +88,8 @@ def decide(agent: Sequence[np.ndarray], baseline: Sequence[np.ndarray], baseline
 
 
 def deployed_numbers(deployed: Sequence[np.ndarray], bench: Sequence[np.ndarray], periods_per_year: float, *,
-                 independent_series: bool, positions: Sequence[np.ndarray] | None = None,
-                 seed: int = 0) -> dict[str, Any]:
+                     independent_series: bool, positions: Sequence[np.ndarray] | None = None,
+                     seed: int = 0) -> dict[str, Any]:
     """The deployed policy's Sharpe on its test returns with the calibrated interval, and deployed -
     buy-and-hold paired (``deployed``, ``bench``: per series, or ``[seed][series]`` panels)."""
     kw = {"independent_series": independent_series, "positions": positions, "seed": seed}
@@ -125,7 +125,8 @@ def deployment_block(results: Mapping[str, Any], segments: Sequence[str], *, mar
     chooser, report_seg = results[first], results[last]
     best = best_rule(chooser.baselines)
     label = chooser.baselines[best].get("variant", best)
-    val = {"agent": _records(chooser, "net"), "baseline": _rule(chooser, best), "position": _records(chooser, "position")}
+    val = {"agent": _records(chooser, "net"), "baseline": _rule(chooser, best),
+           "position": _records(chooser, "position")}
     ind = all(ts is None for ts in chooser.timestamps)  # independent held-out series, else one calendar
     out = decide(val["agent"], val["baseline"], best, float(chooser.periods_per_year), independent_series=ind,
                  positions=val["position"], margin=margin, seed=seed)
@@ -238,8 +239,8 @@ def walk_forward_deployment(folds: Sequence[Mapping[str, Any]], margin: float = 
         bench.append([np.concatenate([p[1][a] for p in parts]) for a in range(assets)])
     first = next(iter(by_seed.values()))
     positions = ([np.concatenate([p[2][a] for p in first]) for a in range(len(first[0][0]))] if all_agent else None)
-    pooled = deployed_numbers(deployed, bench, runs[0]["periods_per_year"][1], independent_series=runs[0]["independent"],
-                          positions=positions, seed=seed)
+    pooled = deployed_numbers(deployed, bench, runs[0]["periods_per_year"][1],
+                              independent_series=runs[0]["independent"], positions=positions, seed=seed)
     n_agent = sum(f["deployed"] == "agent" for f in per_fold)
     return {"margin": margin, "rule": RULE, "decided_on": "validation", "folds": per_fold,
             "folds_deploying_agent": n_agent, "decisions": len(per_fold), "pooled": pooled,
