@@ -156,11 +156,13 @@ def test_evaluate_refuses_the_runs_own_segments_of_a_changed_file(run, capsys):
     test_sharpe = report["summary"]["sharpe"]
     _drop_last(run["csv"], CUT)  # the repro: 1,200 bars trained on, the last 300 removed
     capsys.readouterr()
-    rc = cli.main(["evaluate", "--checkpoint", str(run["dir"]), "--which", "last", "--out", str(out)])
+    again = run["tmp"] / "ev_again"
+    rc = cli.main(["evaluate", "--checkpoint", str(run["dir"]), "--which", "last", "--out", str(again)])
     err = capsys.readouterr().err
     assert rc == cli.EXIT_INPUT and err.count("\n") == 1, err
     assert err.startswith(f"error: data file {run['csv']} changed since the run recorded it") and "--data FILE" in err
-    assert json.loads((out / "metrics.json").read_text())["summary"]["sharpe"] == test_sharpe  # left as it was
+    assert not again.exists()  # refused before anything is walked or written
+    assert json.loads((out / "metrics.json").read_text())["summary"]["sharpe"] == test_sharpe
 
 
 def test_evaluate_data_of_the_changed_file_counts_bars_inside_the_recorded_training_period(run, capsys):
