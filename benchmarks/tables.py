@@ -619,6 +619,36 @@ def reliability(r) -> str:
     return "\n".join(out)
 
 
+# ------------------------------------------------------------------------------------- real data
+def realdata(r) -> str:
+    """Real markets with the deployment decided on validation (``realdata.json``, ``benchmarks/realdata.py``):
+    per dataset the agent, the deployed policy and the baselines on the test bars, pooled over folds."""
+    hw, c = r.get("hardware", {}), r["config"]
+    gpu = None if hw.get("device") == "cuda" else f"CPU (no GPU), {hw.get('cpu_count', '?')} cores"
+    out = [_head(r, gpu=gpu), "| dataset | folds | agent: test Sharpe [95% CI] | deployed policy: test Sharpe [95% CI] "
+           "| folds deploying the agent | deployed − buy-and-hold [95% CI] | buy-and-hold [95% CI] "
+           "| rule chosen on validation (test) | agent train / validation / test Sharpe | agent turnover per bar |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    names = {"googl": "GOOGL daily 2009-2018, walk-forward", "panel": "10 US stocks daily, test 2015-2022"}
+    for name, d in r["datasets"].items():
+        sharpes = ((d["mean_train_sharpe"], d["mean_validation_sharpe"], d["mean_fold_test_sharpe"]) if name == "googl"
+                   else (d["train_sharpe"], d["validation_sharpe"], d["test_sharpe"]))
+        rules = d.get("best_rule_per_fold") or [d.get("best_rule")]
+        rule = (f"{_num(d['best_rule_test_sharpe'], '+.2f')} ({', '.join(dict.fromkeys(rules))})")
+        out.append(f"| {names.get(name, name)} | {d['folds']} | {_num(d['agent_test_sharpe'], '+.2f')} "
+                   f"{_ci(d['agent_test_sharpe_ci95'])} | {_num(d['deployed_test_sharpe'], '+.2f')} "
+                   f"{_ci(d['deployed_test_sharpe_ci95'])} | {d['folds_deploying_agent']} of {d['folds']} "
+                   f"| {_num(d['deployed_minus_buy_and_hold'], '+.2f')} {_ci(d['deployed_minus_buy_and_hold_ci95'])} "
+                   f"| {_num(d['buy_and_hold_test_sharpe'], '+.2f')} "
+                   f"{_ci(d['buy_and_hold_test_sharpe_ci95'])} | {rule} "
+                   f"| {' / '.join(_num(x, '+.2f') for x in sharpes)} | {_num(d['turnover_per_bar'], '.3f')} |")
+    size = " (reduced)" if c.get("reduced") else " (as configured)"
+    out += ["", f"Iterations: GOOGL {c['googl_iterations_per_fold']} per fold ({c['folds']} folds), panel "
+                f"{c['panel_iterations']} (one sealed split){size}; seed {c['seed']} only; device {c['device']}. "
+                "GOOGL's train / validation / test Sharpes are means over folds."]
+    return "\n".join(out)
+
+
 # ----------------------------------------------------------------------------------------- main
 TABLES = (
     ("learning_cpu_quick", learning_cpu_quick), ("learning", learning), ("coverage", coverage), ("wholerun", wholerun),
@@ -627,7 +657,7 @@ TABLES = (
     ("stock_syncs", stock_syncs), ("env_runner", env_runner), ("cartpole", cartpole), ("scaling", scaling),
     ("scaling_learner", scaling_learner), ("kernels", kernels), ("env", env),
     ("population_cpu_quick", population_cpu_quick), ("population_update", population_update),
-    ("reliability", reliability),
+    ("reliability", reliability), ("realdata", realdata),
 )
 """(JSON name in the results folder, printer), in the order of ``docs/results.md``."""
 
