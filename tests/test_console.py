@@ -99,3 +99,47 @@ def test_distinct_metrics_have_distinct_names():
     names = summarize_metrics([1.0] * METRICS_SIZE)
     assert "episode_equity_return_mean" in names
     assert "episode_return_mean" not in names  # RLlib's key (summed reward) stays RLlib's meaning
+
+
+# ---- long steps after training, and a console whose reader went away -----------------------------------
+
+def test_steps_print_one_line_per_step_to_a_file_or_pipe():
+    import time
+
+    from rl_zerosync.rundir.progress import Steps
+
+    out = io.StringIO()  # not a terminal: no live line, one line per step when it ends
+    steps = Steps("evaluate", total=3, stream=out)
+    with steps.step("walk the agent on test"):
+        time.sleep(0.01)
+    with steps.step("oracle on test") as step:
+        step.name += ": absent"
+    with pytest.raises(ValueError), steps.step("draw report.png"):
+        raise ValueError("boom")
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2 and "\r" not in out.getvalue()  # a step that raised: its error speaks, no line
+    assert lines[0].startswith("evaluate 1/3 | 0:00:00 | walk the agent on test 0.0")
+    assert lines[0].endswith(" s") and "ETA" not in lines[0]  # steps of an evaluation differ: no ETA
+    assert lines[1].startswith("evaluate 2/3 | ") and "oracle on test: absent" in lines[1]
+
+
+def test_alike_steps_show_an_eta_and_a_terminal_sees_them_live():
+    import time
+
+    from rl_zerosync.rundir.progress import Steps
+
+    out = io.StringIO()
+    steps = Steps("walk-forward", total=3, eta=True, stream=out, live=True, tick_s=0.01)
+    for fold in range(3):
+        with steps.step(f"fold {fold + 1}/3"):
+            time.sleep(0.05)
+    text = out.getvalue()
+    finals = [part.split("\r\033[K")[-1] for part in text.split("\n") if part]
+    assert [f.split(" |")[0] for f in finals] == ["walk-forward 1/3", "walk-forward 2/3", "walk-forward 3/3"]
+    assert "ETA" in finals[0] and "ETA" in finals[1] and "ETA" not in finals[2]  # none after the last
+    assert text.count(" ...") >= 3  # the running step rewritten in place while it runs
+    quiet = io.StringIO()
+    with Steps("evaluate", total=1, stream=quiet, quiet=True).step("x"):
+        pass
+    assert quiet.getvalue() == ""
+

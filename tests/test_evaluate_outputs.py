@@ -86,9 +86,12 @@ def test_run_segments_write_dated_bars_portfolio_and_report(run, capsys):
     rc, stdout, err = _evaluate(capsys, "--checkpoint", str(run["dir"]), "--out", str(out))
     assert rc == 0, err
     report = json.loads((out / "metrics.json").read_text())
-    line = stdout.strip().splitlines()[-1]
+    *steps, line = stdout.strip().splitlines()
     ret = report["summary"]["total_return"]
     assert f"equity return {100 * ret:+.2f}%" in line and "best rule:" in line
+    # one progress line per step of the evaluation (stdout is not a terminal here: no live line)
+    assert [s.split(" | ")[0] for s in steps] == [f"evaluate {i}/13" for i in range(1, 14)]
+    assert "| write metrics.json " in steps[-1] and "| draw report.png " in steps[-2]
     assert report["summary"]["total_return_pct"] == pytest.approx(100 * ret)
     # file data: no generator, so no oracle reference; said so in the report and the line
     assert report["summary"]["oracle_sharpe"] is None and report["summary"]["efficiency"] is None

@@ -272,6 +272,16 @@ def test_population_json_selects_on_validation_and_counts_every_member_as_trials
     assert "ensemble of the top 2" in printed
 
 
+def test_member_evaluations_print_one_progress_line_each(evaluated):
+    _, _, printed = evaluated
+    # one line per member's evaluation, with an ETA until the last; the members' own steps stay quiet
+    steps = [line for line in printed.splitlines() if line.startswith("evaluate member ")]
+    assert [s.split(" | ")[0] for s in steps] == ["evaluate member 1/3", "evaluate member 2/3", "evaluate member 3/3"]
+    assert "ETA" in steps[0] and "ETA" not in steps[-1]
+    assert not any(line.startswith("evaluate 1/") for line in printed.splitlines())
+    assert any(line.startswith("evaluate ensemble 1/1 | ") for line in printed.splitlines())
+
+
 def test_evaluate_and_export_take_a_member_or_the_selected_one(evaluated, tmp_path, capsys):
     from rl_zerosync.cli import main
 

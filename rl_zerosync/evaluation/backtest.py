@@ -115,8 +115,19 @@ def evaluate_policy(
     result = walk_result(walk, walk.run(lambda obs, state: policy_fn(obs), key=graph_key))
     add_prices(result, walk)
     if baselines:
-        add_baselines(result, *cached_rule_metrics(data, params, routing), rule_choice=rule_choice)
+        add_rule_baselines(result, data, params, device=dev, routing=routing, rule_choice=rule_choice)
     return result
+
+
+def add_rule_baselines(result: EvalResult, data: MarketData, params: EnvParams | Mapping[str, Any] | None = None, *,
+                       device: torch.device | str | None = None, routing: Mapping[str, float] | None = None,
+                       rule_choice: Optional[Mapping[str, str]] = None) -> None:
+    """The rule baselines of :func:`evaluate_policy` (``baselines=True``) on ``data`` into ``result``, as a
+    step of its own: a walk made with ``baselines=False`` and then this one is the same result."""
+    params = params if isinstance(params, EnvParams) else EnvParams.from_dict(params)
+    params = replace(params, stop_drawdown=0.0)
+    data = data.to(torch.device(device) if device is not None else data.device)
+    add_baselines(result, *cached_rule_metrics(data, params, routing), rule_choice=rule_choice)
 
 
 RULE_CACHE_SIZE = 8

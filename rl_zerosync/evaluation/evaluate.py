@@ -32,10 +32,11 @@ that is not an evaluation's is refused (:mod:`rl_zerosync.evaluation.eval_dir`).
   columns, and ``calendar`` (``"data"``, or ``"synthetic"`` with how the timestamps were made up).
   ``rl-zerosync report`` (:mod:`rl_zerosync.evaluation.tearsheet`) reads them into quantstats.
 * ``report.png`` (:mod:`rl_zerosync.evaluation.report_plot`): one column per segment (validation,
-  test), dates on the x axis when the data has timestamps: equity per asset, the equal-weight
-  portfolio and its buy-and-hold benchmark (and the tuned rules' portfolios, the one chosen on
-  validation marked), titled with what each number sums; positions; drawdowns; below, the exposure
-  and routing mix, the cost sensitivity, and a costs line on top (fee, spread, execution lag).
+  test), dates on the x axis when the data has timestamps: the equal-weight portfolio and its
+  buy-and-hold benchmark (and the tuned rules' portfolios, the one chosen on validation marked;
+  per-asset lines up to 8 assets), titled with what each number sums; positions (a heat map with
+  several assets); drawdowns; each asset's Sharpe against buy-and-hold's; below, the exposure and
+  routing mix, the cost sensitivity, and a costs line on top (fee, spread, execution lag).
 
 The summary line (test segment, or ``all`` for ``--data``) reports the Sharpe beside flat,
 buy-and-hold and the best rule, the oracle reference "oracle (knows the generator)" with the agent's
@@ -43,6 +44,7 @@ efficiency (agent Sharpe / oracle Sharpe; synthetic data only, :mod:`rl_zerosync
 its variant chosen on validation like the rules'; ``segments.<name>.oracle`` and ``summary.oracle_*``
 / ``summary.efficiency`` in ``metrics.json``), and the equity return in percent (mean over assets
 and, with several assets, of the equal-weight portfolio, each beside buy-and-hold).
+Each step of the evaluation prints a progress line (:func:`evaluation_steps`, ``quiet`` to silence them).
 
 ``--data FILE`` takes the run's column mapping, asset column, spread, feature and spike-check
 settings and ``periods_per_year`` when the run trained on files (``auto`` or unset: inferred from
@@ -301,7 +303,7 @@ class _Evaluation:
 def evaluate_checkpoint(checkpoint: str | Path, data: str | None = None,
                         out_dir: str | Path | None = None, which: str = "best",
                         device: str | None = None, overrides: list[str] | None = None,
-                        ensemble: Sequence[str | Path] = ()) -> dict[str, Any]:
+                        ensemble: Sequence[str | Path] = (), quiet: bool = False) -> dict[str, Any]:
     """Evaluate a checkpoint (a run directory: its best-validation checkpoint, or the last with
     ``which="last"``); returns the JSON report (also written to ``out_dir`` with the per-bar series
     and the figure; see the module doc). ``ensemble``: more run or checkpoint directories (same
@@ -310,41 +312,65 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | None = None,
 
     The rules' variants are chosen on the validation segment and frozen for the test segment
     (with ``data``: chosen on that file, in sample, and marked so). ``overrides``: ``--set
-    data.KEY=VALUE`` items for the evaluated data (any other section: ``SettingsError``)."""
+    data.KEY=VALUE`` items for the evaluated data (any other section: ``SettingsError``).
+
+    Every step prints a progress line when it ends (:class:`~rl_zerosync.rundir.progress.Steps`:
+    ``evaluate n/N | elapsed | <step> <its time>``, live on a terminal); ``quiet``: none (a
+    population prints one line per member instead)."""
     from rl_zerosync.evaluation.evidence import add_evidence
     from rl_zerosync.evaluation.report_plot import plot_report
     from rl_zerosync.evaluation.eval_dir import record_in_run, written_whole
     from rl_zerosync.evaluation.sensitivity import execution_line, execution_report
+    from rl_zerosync.rundir.progress import Steps
 
-    ev = _load(checkpoint, data, out_dir, which, device, overrides, ensemble)
+    segments = ["all"] if data is not None else ["validation", "test"]
+    steps = Steps("evaluate", total=len(evaluation_steps(segments)), quiet=quiet)
+    with steps.step("load the checkpoint"):
+        ev = _load(checkpoint, data, out_dir, which, device, overrides, ensemble)
     report = _report_head(ev)
     record_in_run(ev.out_dir, ev.ckpt.parent)  # inside the run directory: in its inventory, before writing
     marker = {"checkpoint": str(ev.ckpt.resolve()), "data": str(Path(data).resolve()) if data else None}
     # Written whole into <out>.tmp, then swapped in: no earlier evaluation's file stays beside these,
     # and a failure on the way leaves the previous evaluation as it was.
     with written_whole(ev.out_dir, marker) as tmp:
-        results = _walk_segments(ev, report["segments"])
-        outputs, portfolios = write_series(results, tmp)
-        _score_portfolios(results, portfolios, report["segments"])
-        train, train_market = _walk_training_data(ev)
-        if train is not None:
-            report["segments"]["train"] = train.summary()
+        results = _walk_segments(ev, report["segments"], steps)
+        with steps.step("write the per-bar files"):
+            outputs, portfolios = write_series(results, tmp)
+            _score_portfolios(results, portfolios, report["segments"])
+        train, train_market = None, None
+        if ev.data_file is None:
+            with steps.step("walk the training data"):
+                train, train_market = _walk_training_data(ev)
+                report["segments"]["train"] = train.summary()
         report["overlap"], report["warnings"] = _check_overlap(ev, results, train_market)
-        report["execution"] = execution_report(ev, results)  # settings, spreads, cost sensitivity
-        plot_report(results, portfolios, tmp / "report.png", execution=report["execution"])
+        with steps.step(f"cost sensitivity on {ev.segments[-1]}"):
+            report["execution"] = execution_report(ev, results)  # settings, spreads, cost sensitivity
         report["outputs"] = {"dir": str(tmp), "metrics_json": str(tmp / "metrics.json"),
                              "report_png": str(tmp / "report.png"), **outputs}
         report["summary"] = _summary(ev, results, report, train)
-        add_evidence(report, results, ev.segments, ev.ckpt.parent, ev.settings["run"].get("eval_metric", "sharpe"),
-                     tmp)
+        with steps.step("evidence statistics"):
+            add_evidence(report, results, ev.segments, ev.ckpt.parent,
+                         ev.settings["run"].get("eval_metric", "sharpe"), tmp)
+        with steps.step("draw report.png"):
+            plot_report(results, portfolios, tmp / "report.png", execution=report["execution"])
         report["outputs"] = _moved(report["outputs"], tmp, ev.out_dir)  # the paths they have once swapped in
         png = ev.out_dir / "report.png"
         report["summary_line"] = (_summary_line(ev, results[ev.segments[-1]], report, png)
                                   + execution_line(report["execution"]))
         if ev.out_line:
             report["output_line"] = ev.out_line
-        _write_report(report, tmp)
+        with steps.step("write metrics.json"):
+            _write_report(report, tmp)
     return report
+
+
+def evaluation_steps(segments: Sequence[str]) -> list[str]:
+    """The steps of :func:`evaluate_checkpoint` over ``segments`` (``["validation", "test"]``, or
+    ``["all"]`` for ``--data``), in order: what its progress lines count."""
+    walks = [f"{what} on {segment}" for segment in segments for what in ("walk the agent", "rules", "oracle")]
+    train = ["walk the training data"] if list(segments) != ["all"] else []
+    return ["load the checkpoint", *walks, "write the per-bar files", *train, f"cost sensitivity on {segments[-1]}",
+            "evidence statistics", "draw report.png", "write metrics.json"]
 
 
 def _moved(outputs: dict, tmp: Path, out: Path) -> dict:
@@ -412,18 +438,25 @@ def _report_head(ev: _Evaluation) -> dict[str, Any]:
             "data": ev.data_cfg, "overrides": list(ev.overrides or [])}
 
 
-def _walk_segments(ev: _Evaluation, reports: dict) -> dict:
+def _walk_segments(ev: _Evaluation, reports: dict, steps) -> dict:
     """Walk every evaluated segment in order (the rules' variants chosen on the first, frozen for
-    the next); returns segment -> result and fills ``reports`` (segment -> summary)."""
+    the next), each its agent, rules and oracle a step of ``steps``; returns segment -> result and
+    fills ``reports`` (segment -> summary)."""
     from rl_zerosync.data import make_market
+    from rl_zerosync.evaluation.backtest import add_rule_baselines
     from rl_zerosync.evaluation.oracle import oracle_baseline
 
     results, choice, oracle = {}, None, None
     for segment in ev.segments:
-        market = ev.markets[segment] = make_market(ev.data_cfg, segment)
-        res = ev.walk(market, rule_choice=choice)
+        with steps.step(f"walk the agent on {segment}"):
+            market = ev.markets[segment] = make_market(ev.data_cfg, segment)
+            res = ev.walk(market, baselines=False)
+        with steps.step(f"rules on {segment}"):
+            add_rule_baselines(res, market, ev.params, device=ev.device, routing=ev.routing, rule_choice=choice)
         choice = res.rule_choice  # chosen on validation, frozen for test
-        res.oracle = oracle_baseline(ev.data_cfg, market, ev.params, ev.routing, device=ev.device, variant=oracle)
+        with steps.step(f"oracle on {segment}"):
+            res.oracle = oracle_baseline(ev.data_cfg, market, ev.params, ev.routing, device=ev.device,
+                                         variant=oracle)
         oracle = res.oracle.get("variant")  # likewise (absent on file data, with the reason)
         results[segment] = res
         reports[segment] = res.summary()

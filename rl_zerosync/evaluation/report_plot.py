@@ -1,5 +1,6 @@
 """``report.png`` of ``rl-zerosync evaluate``: one column per evaluated segment (equity, positions,
-drawdowns), and below them the exposure and routing mix of every segment.
+drawdowns, and with several assets each asset's Sharpe against buy-and-hold's), and below them the
+exposure and routing mix of every segment.
 
 :func:`plot_report` draws the figure from the walks of :func:`rl_zerosync.evaluation.evaluate.evaluate_checkpoint`
 and their portfolio tables (:func:`rl_zerosync.evaluation.backtest.portfolio_table`); dates on the
@@ -8,6 +9,14 @@ sums (the agent's equity return as the mean over the assets, the equal-weight po
 buy-and-hold's) and names the rule chosen on validation, whose line the legend marks; with the
 evaluation's ``execution`` block a costs line on top gives the fee and spread (bps), the maker
 rebate, the execution lag and what the agent's portfolio paid.
+
+Readable and quick with many assets and long segments: the equal-weight portfolio is drawn first
+and thickest; per-asset equity lines only up to :data:`MAX_ASSET_LINES` assets; with several
+assets the positions are a heat map (asset x time, :data:`HEATMAP_BINS` time bins) instead of
+overlapping step lines, and a scatter of each asset's Sharpe against its buy-and-hold Sharpe
+replaces per-asset lines; every curve is decimated to at most :data:`MAX_POINTS` points (the
+minimum and the maximum of each bucket kept, so spikes and drawdown troughs stay); legends are
+placed at a fixed corner (matplotlib's ``loc="best"`` scans every drawn point); Agg backend.
 """
 from __future__ import annotations
 
@@ -22,9 +31,38 @@ RULE_STYLES = {"momentum": ":", "mean_reversion": "-."}
 CHOSEN_COLOR = "tab:cyan"
 """The rule chosen on validation (no asset line uses it: they take tab10 colours 1..8)."""
 MAX_ASSET_LINES = 8
-"""With more assets than this only the portfolio is drawn (no per-asset lines or legend entries)."""
+"""With more assets than this only the portfolio is drawn on the equity panel (no per-asset lines
+or legend entries); the per-asset Sharpe scatter and the position heat map show every asset."""
+MAX_POINTS = 2000
+"""Most points drawn per curve (:func:`decimate`); a 3,000-bar segment stays whole."""
+LOG_SPAN = 10.0
+"""Equity curves spanning more than this factor (highest over lowest) get a log y axis."""
+HEATMAP_BINS = 600
+"""Time bins of the position heat map (mean position of each asset per bin)."""
 ORDER_TYPES = ("MKT", "LMT", "PAS")
 URGENCIES = ("low", "norm", "high")
+
+
+def decimate(x, y, max_points: int = MAX_POINTS):
+    """``(x, y)`` with at most about ``max_points`` points: ``y`` cut into ``max_points // 2`` buckets
+    of consecutive points, each represented by its minimum and its maximum in their order (the curve's
+    envelope: spikes and troughs stay). Shorter curves come back as they are; ``x`` may be dates."""
+    y = np.asarray(y, dtype=np.float64)
+    n = len(y)
+    if n <= max_points:
+        return x, y
+    buckets = max(max_points // 2, 1)
+    size = -(-n // buckets)
+    padded = np.full(buckets * size, np.nan)
+    padded[:n] = y
+    rows = padded.reshape(buckets, size)
+    full = ~np.all(np.isnan(rows), axis=1)
+    rows, base = rows[full], (np.arange(buckets) * size)[full]
+    filled = np.where(np.isnan(rows), np.inf, rows)
+    lo = base + np.argmin(filled, axis=1)
+    hi = base + np.argmax(np.where(np.isnan(rows), -np.inf, rows), axis=1)
+    keep = np.unique(np.concatenate(([0, n - 1], lo, hi)))
+    return (x[keep] if hasattr(x, "__getitem__") else np.asarray(x)[keep]), y[keep]
 
 
 def plot_report(results: dict, portfolios: dict, path: Path, execution: dict | None = None) -> dict:
@@ -44,23 +82,28 @@ def plot_report(results: dict, portfolios: dict, path: Path, execution: dict | N
 
     segments = list(results)
     ncol = len(segments)
-    rows = 5 if execution else 4
-    fig = plt.figure(figsize=(7.5 * max(ncol, 2), 13 + 2.5 * (rows - 4)))
-    grid = fig.add_gridspec(rows, 2, height_ratios=[3.0, 1.3, 1.3, 1.7, 1.7][:rows])
+    several = max(len(r.assets) for r in results.values()) > 1
+    ratios = [3.0, 1.6 if several else 1.3, 1.3] + ([2.2] if several else []) + [1.7] + ([1.7] if execution else [])
+    rows = len(ratios)
+    width, height = 7.5 * max(ncol, 2), sum(ratios) * 1.45
+    fig = plt.figure(figsize=(width, height))
+    # Margins set in inches, not by tight_layout (which measures every text box again: a third of the time).
+    grid = fig.add_gridspec(rows, 2, height_ratios=ratios, left=0.75 / width, right=1.0 - 0.35 / width,
+                            bottom=0.45 / height, top=1.0 - (1.45 if execution else 0.95) / height,
+                            hspace=0.42, wspace=0.16)
     chosen = _chosen_rule(results[segments[0]])
     texts: dict = {"titles": {}, "legends": {}, "chosen_rule": chosen[1] if chosen else None, "costs": None}
     for c, segment in enumerate(segments):
         col = slice(None) if ncol == 1 else c
         ax_eq = _segment_column(fig, grid, col, segment, results[segment], portfolios[segment],
-                                chosen and (*chosen, segments[0]))
+                                chosen and (*chosen, segments[0]), several)
         texts["titles"][segment] = ax_eq.get_title()
         texts["legends"][segment] = [t.get_text() for t in ax_eq.get_legend().get_texts()]
-    _mix_panels(fig, grid, results)
+    _mix_panels(fig, grid, 4 if several else 3, results)
     if execution:
-        _sensitivity_panel(fig.add_subplot(grid[4, :]), execution)
+        _sensitivity_panel(fig.add_subplot(grid[rows - 1, :]), execution)
         texts["costs"] = costs_line(execution, portfolios.get(execution["sensitivity"]["segment"]))
-        fig.suptitle(texts["costs"], fontsize=9)
-    fig.tight_layout(rect=(0.0, 0.0, 1.0, 0.975) if execution else None)
+        fig.suptitle(texts["costs"], fontsize=9, y=1.0 - 0.15 / height, va="top")
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return texts
@@ -68,7 +111,7 @@ def plot_report(results: dict, portfolios: dict, path: Path, execution: dict | N
 
 def _chosen_rule(chooser) -> tuple[str, str] | None:
     """(rule, variant label) with the highest mean Sharpe on the segment that chose the variants
-    (the summary's best rule), None without baselines."""
+    (the summary's rule chosen on validation), None without baselines."""
     from rl_zerosync.evaluation.backtest import best_rule
 
     if not chooser.baselines:
@@ -95,36 +138,37 @@ def costs_line(execution: dict, port=None) -> str:
     return line
 
 
-def _segment_column(fig, grid, col, segment: str, res, port, chosen=None):
-    """One segment's column: equity over positions over drawdowns, sharing the x axis; returns the
-    equity axes. ``chosen``: (rule, label, segment that chose it) or None."""
+def _segment_column(fig, grid, col, segment: str, res, port, chosen=None, several: bool = False):
+    """One segment's column: equity over positions over drawdowns, sharing the x axis, and (several
+    assets) the per-asset Sharpe scatter below; returns the equity axes. ``chosen``: (rule, label,
+    segment that chose it) or None."""
     ax_eq = fig.add_subplot(grid[0, col])
     ax_pos = fig.add_subplot(grid[1, col], sharex=ax_eq)
     ax_dd = fig.add_subplot(grid[2, col], sharex=ax_eq)
-    _asset_lines(ax_eq, ax_pos, ax_dd, res)
     px = _portfolio_x(res, port)
-    _equity_panel(ax_eq, ax_dd, segment, res, port, px, chosen)
-    _position_panel(ax_pos, res, port, px)
+    _equity_panel(ax_eq, ax_dd, segment, res, port, px, chosen)  # the portfolio first
+    _asset_lines(ax_eq, res)
+    _equity_scale(ax_eq)
+    _position_panel(fig, ax_pos, res, port, px)
     _drawdown_panel(ax_dd, res, port, px)
     _x_axis(ax_eq, ax_pos, ax_dd, dated=all(t is not None for t in res.timestamps))
+    if several:
+        _asset_scatter(fig.add_subplot(grid[3, col]), segment, res)
+    ax_eq.legend(fontsize=7, ncol=2, loc="upper left")
     return ax_eq
 
 
-def _asset_lines(ax_eq, ax_pos, ax_dd, res) -> None:
-    """Per-asset equity (several assets), positions and drawdowns (at most :data:`MAX_ASSET_LINES`);
-    one asset draws none: its portfolio is the asset."""
+def _asset_lines(ax_eq, res) -> None:
+    """Per-asset equity, thin, behind the portfolio (2 to :data:`MAX_ASSET_LINES` assets); one asset
+    draws none: its portfolio is the asset."""
     import matplotlib.pyplot as plt
 
     palette = plt.get_cmap("tab10")
-    many, few = _many_few(res)
-    for a, name in enumerate(res.assets if many else []):
+    _, few = _many_few(res)
+    for a, name in enumerate(res.assets if few else []):
         x = _x(res.timestamps[a], res.bars[a])
-        color = palette((a + 1) % 10)
-        ax_eq.plot(x, res.equity[a], lw=0.8, alpha=0.7, color=color, label=f"agent {name}" if few else None)
-        pos = np.concatenate(([0.0], res.records[a]["position"]))
-        if few:
-            ax_pos.step(x, pos, where="pre", lw=0.7, alpha=0.6, color=color, label=name)
-            ax_dd.plot(x, _drawdown(res.equity[a]), lw=0.6, alpha=0.5, color=color)
+        ax_eq.plot(*decimate(x, res.equity[a]), lw=0.7, alpha=0.6, color=palette((a + 1) % 10),
+                   label=f"agent {name}", zorder=1)
 
 
 def _equity_panel(ax_eq, ax_dd, segment: str, res, port, px, chosen=None) -> None:
@@ -133,15 +177,15 @@ def _equity_panel(ax_eq, ax_dd, segment: str, res, port, px, chosen=None) -> Non
     many, _ = _many_few(res)
     mark = f" (chosen on {chosen[2]})" if chosen else ""
     label = "agent equal-weight portfolio" if many else f"agent {res.assets[0]}"
-    ax_eq.plot(px, port["equity"], lw=2.0, color="tab:blue", label=label)
+    ax_eq.plot(*decimate(px, port["equity"].to_numpy()), lw=2.0, color="tab:blue", label=label, zorder=4)
     bh = float(port["benchmark_equity"].iloc[-1] - 1.0)
     rule_return = {"flat": 0.0, "buy_and_hold": bh}
     if np.isfinite(port["benchmark_equity"]).all():
-        ax_eq.plot(px, port["benchmark_equity"], lw=1.8, ls="--", color="k",
+        bench = port["benchmark_equity"].to_numpy()
+        ax_eq.plot(*decimate(px, bench), lw=1.8, ls="--", color="k", zorder=3,
                    label="buy & hold" + (" equal-weight portfolio" if many else "")
                    + (mark if chosen and chosen[0] == "buy_and_hold" else ""))
-        ax_dd.plot(px, _drawdown(port["benchmark_equity"].to_numpy()), lw=1.2, ls="--", color="k",
-                   label="buy & hold")
+        ax_dd.plot(*decimate(px, _drawdown(bench)), lw=1.2, ls="--", color="k", label="buy & hold")
     for rule, nets in res.baseline_net.items():
         if rule == "buy_and_hold":
             continue
@@ -150,7 +194,7 @@ def _equity_panel(ax_eq, ax_dd, segment: str, res, port, px, chosen=None) -> Non
             name = res.baselines.get(rule, {}).get("variant", rule)
             rule_return[rule] = float(curve[-1] - 1.0)
             picked = bool(chosen) and chosen[0] == rule
-            ax_eq.plot(px, curve, lw=1.6 if picked else 1.0, ls=RULE_STYLES.get(rule, ":"),
+            ax_eq.plot(*decimate(px, curve), lw=1.6 if picked else 1.0, ls=RULE_STYLES.get(rule, ":"), zorder=2,
                        color=CHOSEN_COLOR if picked else "0.45", label=name + (mark if picked else ""))
     ax_eq.axhline(1.0, color="0.7", lw=0.6)
     m = res.metrics["mean"]
@@ -167,26 +211,94 @@ def _equity_panel(ax_eq, ax_dd, segment: str, res, port, px, chosen=None) -> Non
         title += (f"\nrule chosen on {chosen[2]}: {chosen[1]} ({what}{100 * rule_return[chosen[0]]:+.2f}%)"
                   if chosen[0] in rule_return else f"\nrule chosen on {chosen[2]}: {chosen[1]}")
     ax_eq.set_title(title, fontsize=10)
-    ax_eq.legend(fontsize=7, ncol=2, loc="best")
 
 
-def _position_panel(ax_pos, res, port, px) -> None:
-    """The portfolio's (mean) position over each bar."""
-    many, few = _many_few(res)
-    ax_pos.step(px, port["position"], where="pre", lw=1.6, color="tab:blue",
-                label="portfolio (mean)" if many else None)
-    ax_pos.set_ylim(-1.1, 1.1)
-    ax_pos.axhline(0.0, color="0.7", lw=0.6)
-    ax_pos.set_title("position (at each bar's close)", fontsize=9)
-    if few:
-        ax_pos.legend(fontsize=7, ncol=4, loc="upper left")
+def _equity_scale(ax) -> None:
+    """A log y axis when the curves drawn span more than a factor :data:`LOG_SPAN` (a rule at +4,000%
+    beside an agent near 0% leaves both readable); linear otherwise."""
+    ys = [np.asarray(line.get_ydata(), dtype=np.float64) for line in ax.get_lines() if len(line.get_ydata()) > 2]
+    values = np.concatenate(ys) if ys else np.array([1.0])
+    values = values[np.isfinite(values)]
+    if values.size and values.min() > 0 and values.max() / values.min() > LOG_SPAN:
+        ax.set_yscale("log")
+        ax.set_ylabel("equity (log scale)", fontsize=8)
+    else:
+        ax.set_ylabel("equity", fontsize=8)
+
+
+def _position_panel(fig, ax_pos, res, port, px) -> None:
+    """One asset: its position over each bar. Several: a heat map of every asset's position (rows,
+    :data:`HEATMAP_BINS` time bins, the mean position in each), the portfolio's mean position in the
+    title's terms below it."""
+    many, _ = _many_few(res)
+    ax_pos.set_title("position (at each bar's close)" + (": per asset, mean over each time bin" if many else ""),
+                     fontsize=9)
+    if not many:
+        ax_pos.step(*decimate(px, port["position"].to_numpy()), where="pre", lw=1.2, color="tab:blue")
+        ax_pos.set_ylim(-1.1, 1.1)
+        ax_pos.axhline(0.0, color="0.7", lw=0.6)
+        return
+    image, extent, top = _position_bins(res)
+    shown = ax_pos.imshow(image, aspect="auto", interpolation="nearest", cmap="RdBu", vmin=-top, vmax=top,
+                          extent=extent, origin="upper")
+    names = list(res.assets)
+    step = max(1, -(-len(names) // 16))  # at most 16 asset labels
+    ax_pos.set_yticks(range(0, len(names), step), names[::step], fontsize=6)
+    fig.colorbar(shown, ax=ax_pos, pad=0.01, fraction=0.03, label="position")
+
+
+def _position_bins(res) -> tuple[np.ndarray, list[float], float]:
+    """(assets x bins mean positions, imshow extent, colour scale) on the x values of the curves."""
+    import matplotlib.dates as mdates
+
+    dated = all(t is not None for t in res.timestamps)
+    xs, positions = [], []
+    for a in range(len(res.assets)):
+        x = _x(res.timestamps[a], res.bars[a])
+        xs.append(np.asarray(mdates.date2num(x) if dated else x, dtype=np.float64))
+        positions.append(np.concatenate(([0.0], np.asarray(res.records[a]["position"], dtype=np.float64))))
+    lo, hi = min(x.min() for x in xs), max(x.max() for x in xs)
+    width = max(hi - lo, 1e-9)
+    bins = int(min(HEATMAP_BINS, max(len(x) for x in xs)))
+    image = np.full((len(xs), bins), np.nan)
+    for a, (x, pos) in enumerate(zip(xs, positions)):
+        idx = np.minimum(((x - lo) / width * bins).astype(np.int64), bins - 1)
+        counts = np.bincount(idx, minlength=bins)
+        sums = np.bincount(idx, weights=pos, minlength=bins)
+        image[a] = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+    top = float(max(1.0, np.nanmax(np.abs(image)) if np.isfinite(image).any() else 1.0))
+    return image, [lo, hi, len(xs) - 0.5, -0.5], top
+
+
+def _asset_scatter(ax, segment: str, res) -> None:
+    """Several assets: each asset's Sharpe against its buy-and-hold Sharpe (above the diagonal: the
+    agent did better on that asset), the means marked."""
+    bh = res.baselines.get("buy_and_hold", {})
+    names = [n for n in res.assets if n in bh]
+    if not names:
+        ax.set_axis_off()
+        return
+    x = np.array([bh[n]["sharpe"] for n in names])
+    y = np.array([res.metrics[n]["sharpe"] for n in names])
+    ax.scatter(x, y, s=14, color="tab:blue", alpha=0.75, label="one asset")
+    ax.scatter([x.mean()], [y.mean()], s=60, marker="X", color="tab:red", label="mean over the assets")
+    lo, hi = float(min(x.min(), y.min())), float(max(x.max(), y.max()))
+    pad = 0.05 * max(hi - lo, 1e-6)
+    ax.plot([lo - pad, hi + pad], [lo - pad, hi + pad], color="0.6", lw=0.8, ls="--")
+    ax.axhline(0.0, color="0.8", lw=0.6)
+    above = int((y > x).sum())
+    ax.set_xlabel("buy & hold Sharpe", fontsize=8)
+    ax.set_ylabel("agent Sharpe", fontsize=8)
+    ax.set_title(f"{segment}: per asset, agent vs buy & hold Sharpe ({above} of {len(names)} assets above the "
+                 "diagonal)", fontsize=9)
+    ax.legend(fontsize=7, loc="upper left")
 
 
 def _drawdown_panel(ax_dd, res, port, px) -> None:
     """The portfolio's drawdown, filled, downwards."""
     many, _ = _many_few(res)
-    ax_dd.fill_between(px, 0.0, _drawdown(port["equity"].to_numpy()), color="tab:blue", alpha=0.3,
-                       label="agent" + (" portfolio" if many else ""))
+    xd, dd = decimate(px, _drawdown(port["equity"].to_numpy()))
+    ax_dd.fill_between(xd, 0.0, dd, color="tab:blue", alpha=0.3, label="agent" + (" portfolio" if many else ""))
     ax_dd.invert_yaxis()
     ax_dd.set_title("drawdown", fontsize=9)
     ax_dd.legend(fontsize=7, loc="lower left")
@@ -206,13 +318,12 @@ def _x_axis(ax_eq, ax_pos, ax_dd, *, dated: bool) -> None:
         ax_dd.set_xlabel("bar")
 
 
-def _mix_panels(fig, grid, results: dict) -> None:
-    """Bottom row: the exposure mix and the routing mix (order type x urgency), one bar group per
-    segment."""
+def _mix_panels(fig, grid, row: int, results: dict) -> None:
+    """The exposure mix and the routing mix (order type x urgency), one bar group per segment."""
     segments = list(results)
     ncol = len(segments)
-    ax_exp = fig.add_subplot(grid[3, 0])
-    ax_route = fig.add_subplot(grid[3, 1])
+    ax_exp = fig.add_subplot(grid[row, 0])
+    ax_route = fig.add_subplot(grid[row, 1])
     width = 0.8 / ncol
     labels: list[str] = []
     for c, segment in enumerate(segments):
@@ -225,23 +336,27 @@ def _mix_panels(fig, grid, results: dict) -> None:
     ax_route.set_xticks(np.arange(len(labels)), labels, fontsize=7)
     ax_route.set_title("routing mix (order type x urgency)", fontsize=9)
     if ncol > 1:
-        ax_exp.legend(fontsize=7)
-        ax_route.legend(fontsize=7)
+        ax_exp.legend(fontsize=7, loc="upper left")
+        ax_route.legend(fontsize=7, loc="upper right")
 
 
 def _sensitivity_panel(ax, execution: dict) -> None:
-    """Sharpe of the policy and the best rule per sensitivity variant (cost x0/x1/x2/x4, all MARKET)."""
+    """Sharpe (mean over the assets) of the policy and of the rule chosen on validation per
+    sensitivity variant (cost x0/x1/x2/x4, all MARKET)."""
     s = execution["sensitivity"]
     names = list(s["policy_sharpe"])
     x = np.arange(len(names))
     ax.bar(x - 0.2, [s["policy_sharpe"][n] for n in names], 0.4, label="policy")
-    ax.bar(x + 0.2, [s["best_rule_sharpe"][n] for n in names], 0.4, label=f"best rule {s['best_rule']['label']}")
+    ax.bar(x + 0.2, [s["best_rule_sharpe"][n] for n in names], 0.4,
+           label=f"rule chosen on validation: {s['best_rule']['label']}")
     ax.axhline(0.0, color="k", lw=0.6)
     ax.set_xticks(x, [n.replace("cost_", "cost ").replace("_", " ") for n in names])
-    ax.set_ylabel("Sharpe")
+    ax.set_ylabel("Sharpe (mean over assets)")
     ax.set_title(f"{s['segment']}: cost and execution sensitivity (execution lag "
                  f"{execution['settings']['execution_lag']})", fontsize=10)
-    ax.legend(fontsize=8)
+    low, high = ax.get_ylim()
+    ax.set_ylim(low, high + 0.3 * (high - low))  # room for the legend above the bars
+    ax.legend(fontsize=8, ncol=2, loc="upper center")
 
 
 def _mix_shares(counts) -> tuple[list, list[str], list]:

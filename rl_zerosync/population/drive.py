@@ -12,6 +12,7 @@ from rl_zerosync.population.members import all_member_settings, member_dir
 from rl_zerosync.population.report import leaderboard_lines, population_report, write_report
 from rl_zerosync.population.space import PopulationSettings, describe, parse_population
 from rl_zerosync.rundir.lock import RunDirError
+from rl_zerosync.rundir.progress import Steps, say
 from rl_zerosync.rundir.run_dir import RunDir
 from rl_zerosync.run.train import _Interrupt, init_ray
 
@@ -62,9 +63,10 @@ def evaluate_ensemble(settings: Settings, pop: PopulationSettings, rows: list[di
     parent = settings.run_dir
     name = ENSEMBLE_DIR.format(k=pop.ensemble_top_k)
     paths = [member_dir(parent, k) for k in top]
-    report = evaluate_checkpoint(paths[0], out_dir=parent / name / "evaluation",
-                                 which=settings.run.eval_checkpoint, ensemble=paths[1:])
-    print(f"ensemble top {len(top)} {top}: {report['summary_line']}", flush=True)
+    with Steps("evaluate ensemble", total=1).step(f"top {len(top)} {top}"):
+        report = evaluate_checkpoint(paths[0], out_dir=parent / name / "evaluation",
+                                     which=settings.run.eval_checkpoint, ensemble=paths[1:], quiet=True)
+    say(f"ensemble top {len(top)} {top}: {report['summary_line']}")
     return ensemble_entry(top, report, name)
 
 
@@ -80,21 +82,20 @@ def _run(population) -> dict:
     if interrupt.requested:
         report = population_report(pop, metric, rows, parent, partial=True, interrupted_by=interrupt.signum)
         path = write_report(parent, report)
-        print(f"population: interrupted at iteration {population.iteration}; checkpoints kept; {path} marked "
-              f"partial", flush=True)
+        say(f"population: interrupted at iteration {population.iteration}; checkpoints kept; {path} marked partial")
         return report
     ensemble = None
     if settings.run.evaluate:
         for line in population.evaluate_members():
-            print(line, flush=True)
+            say(line)
         rows = population.rows(population.lineage)
         if pop.ensemble_top_k:
             ensemble = evaluate_ensemble(settings, pop, rows)
     report = population_report(pop, metric, rows, parent, ensemble=ensemble)
     report["timing"] = population.timing_summary()
-    print(report["timing"]["line"], flush=True)
+    say(report["timing"]["line"])
     path = write_report(parent, report)
     for line in leaderboard_lines(report, metric):
-        print(line, flush=True)
-    print(f"population report: {path}", flush=True)
+        say(line)
+    say(f"population report: {path}")
     return report

@@ -30,6 +30,7 @@ from rl_zerosync.config.settings import Settings, to_rllib_config
 from rl_zerosync.population.memory import check_fits
 from rl_zerosync.population.report import member_row
 from rl_zerosync.population.space import PopulationSettings
+from rl_zerosync.rundir.progress import Steps
 from rl_zerosync.rundir.run_dir import RunDir
 from rl_zerosync.run.train import TrainLoop
 
@@ -188,10 +189,14 @@ class Population:
         from rl_zerosync.population.space import eval_processes
 
         procs = eval_processes(self.pop.eval_processes, len(self.loops))
+        steps = Steps("evaluate member", total=len(self.loops), eta=True)
         if procs <= 1:
-            reports = [loop.evaluate() for loop in self.loops]
+            reports = []
+            for k, loop in zip(self.indices, self.loops):
+                with steps.step(f"member{k}"):
+                    reports.append(loop.evaluate(quiet=True))
         else:
-            reports = _evaluate_apart(self.loops, procs)
+            reports = _evaluate_apart(self.loops, procs, steps, self.indices)
         return [f"member{k}: {r['summary_line']}" for k, r in zip(self.indices, reports)]
 
     def rows(self, lineage: dict[int, list]) -> list[dict]:
@@ -257,8 +262,9 @@ def _population_update(loops: list[TrainLoop], mode: str):
     return PopulationUpdate([loop.algo.local_learner for loop in loops], mode=mode), None
 
 
-def _evaluate_apart(loops: list[TrainLoop], procs: int) -> list[dict]:
-    """Every member's end-of-run evaluation, ``procs`` spawned processes at once; the reports by member."""
+def _evaluate_apart(loops: list[TrainLoop], procs: int, steps: Steps, indices: list[int]) -> list[dict]:
+    """Every member's end-of-run evaluation, ``procs`` spawned processes at once; the reports by member,
+    a progress line of ``steps`` as each is collected (in member order)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -272,7 +278,11 @@ def _evaluate_apart(loops: list[TrainLoop], procs: int) -> list[dict]:
     threads = max(1, (os.cpu_count() or 1) // procs)  # the cores shared out: no oversubscribed thread pools
     with ProcessPoolExecutor(procs, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_threads,
                              initargs=(threads,)) as pool:
-        return list(pool.map(_evaluate_one, jobs))
+        reports = []
+        for k, future in zip(indices, [pool.submit(_evaluate_one, job) for job in jobs]):
+            with steps.step(f"member{k} ({procs} processes)"):
+                reports.append(future.result())
+        return reports
 
 
 def _worker_threads(threads: int) -> None:
@@ -286,7 +296,7 @@ def _evaluate_one(job: tuple[str, str, str]) -> dict:
     from rl_zerosync.evaluation.evaluate import evaluate_checkpoint
 
     path, out_dir, which = job
-    return evaluate_checkpoint(path, out_dir=out_dir, which=which)
+    return evaluate_checkpoint(path, out_dir=out_dir, which=which, quiet=True)
 
 
 def _population_rollout(loops: list[TrainLoop], mode: str, update):

@@ -91,8 +91,14 @@ class _Shard:
         self.population.save()
 
     def evaluate(self) -> list[str]:
-        return [f"member{k}: {loop.evaluate()['summary_line']}"
-                for k, loop in zip(self.population.indices, self.population.loops)]
+        """This shard's members' evaluations, one progress line each (through Ray's log to the driver)."""
+        from rl_zerosync.rundir.progress import Steps
+
+        steps, lines = Steps("evaluate member", total=len(self.population.loops), eta=True), []
+        for k, loop in zip(self.population.indices, self.population.loops):
+            with steps.step(f"member{k}"):
+                lines.append(f"member{k}: {loop.evaluate(quiet=True)['summary_line']}")
+        return lines
 
     def rows(self, lineage: dict[int, list]) -> list[dict]:
         return self.population.rows(lineage)

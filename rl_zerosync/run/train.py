@@ -275,13 +275,15 @@ class TrainLoop:
         return self.run_dir.save(self.algo, settings, run_state=self.selection.state(),
                                  keep=settings.run.keep_checkpoints)
 
-    def evaluate(self) -> dict:
-        """The end-of-run evaluation into ``evaluation/`` (``run.eval_checkpoint``); returns its report."""
+    def evaluate(self, quiet: bool = False) -> dict:
+        """The end-of-run evaluation into ``evaluation/`` (``run.eval_checkpoint``); returns its report.
+        ``quiet``: without its progress lines (a population prints one per member)."""
         from rl_zerosync.evaluation.evaluate import evaluate_checkpoint
 
         self.run_dir.record(*EVALUATION_NAMES)
         which = best_or_last(self.run_dir.path, self.settings.run.eval_checkpoint)  # no best: the last, warned
-        return evaluate_checkpoint(self.run_dir.path, out_dir=self.run_dir.path / EVALUATION_DIR, which=which)
+        return evaluate_checkpoint(self.run_dir.path, out_dir=self.run_dir.path / EVALUATION_DIR, which=which,
+                                   quiet=quiet)
 
     def close(self) -> None:
         self.run_dir.close_log()

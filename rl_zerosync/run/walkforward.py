@@ -67,6 +67,7 @@ import numpy as np
 from rl_zerosync.data.data_settings import DEFAULT_SPLIT, split_fractions
 from rl_zerosync.data.market import SPLITS, check_window
 from rl_zerosync.evaluation.deploy import DEFAULT_MARGIN, add_walk_forward_deployment, check_margin
+from rl_zerosync.rundir.progress import Steps, say
 
 RESULT_FILE = "walk_forward.json"
 FOLD_METRICS = "metrics.json"
@@ -501,27 +502,31 @@ def _walk(settings, k, out_dir: Path, folds, folds_settings, changes, fractions,
                                                    for plan, names in report["resume"].items()), flush=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / RESULT_FILE
+    steps = Steps("walk-forward", total=len(folds), eta=True, live=False)  # a fold prints its own lines
     for fold, fold_cfg, (plan, detail, finished), changed in zip(folds, folds_settings, plans, changes):
         line = f"walk-forward: {_label(fold, k)}, window {fold['window']}, run {fold['run_dir']}"
         if resume:
             line += f": {plan} {detail}"
             if changed:
                 line += f" | settings changed since it ran: {', '.join(changed)}"
-        print(line, flush=True)
-        if finished is not None:
-            evaluation = finished
-        else:
-            kwargs = {"resume": str(fold_cfg.run_dir)} if plan == "resumed" else {
-                "overwrite": overwrite or plan == "restarted"}
-            result = train_module.train(fold_cfg, **kwargs)
-            evaluation = result.get("evaluation") if isinstance(result, Mapping) else None
-            if evaluation is None:
-                signum = result.get("interrupted_by") if isinstance(result, Mapping) else None
-                if signum:
-                    report["interrupted_by"] = int(signum)
-                print(f"walk-forward: fold {fold['fold']} ended without an evaluation; stopping (continue the "
-                      "walk-forward with --resume)", flush=True)
-                break
+        say(line)
+        with steps.step(_label(fold, k)) as step:
+            if finished is not None:
+                evaluation = finished
+                step.name += ": reused"
+            else:
+                kwargs = {"resume": str(fold_cfg.run_dir)} if plan == "resumed" else {
+                    "overwrite": overwrite or plan == "restarted"}
+                result = train_module.train(fold_cfg, **kwargs)
+                evaluation = result.get("evaluation") if isinstance(result, Mapping) else None
+                step.name += f": {plan} and evaluated" if evaluation is not None else ": ended without an evaluation"
+        if evaluation is None:
+            signum = result.get("interrupted_by") if isinstance(result, Mapping) else None
+            if signum:
+                report["interrupted_by"] = int(signum)
+            say(f"walk-forward: fold {fold['fold']} ended without an evaluation; stopping (continue the "
+                "walk-forward with --resume)")
+            break
         summary = dict(evaluation.get("summary") or {})
         fold["summary"] = summary
         metrics = Path(fold["run_dir"]) / "evaluation" / FOLD_METRICS
@@ -530,16 +535,25 @@ def _walk(settings, k, out_dir: Path, folds, folds_settings, changes, fractions,
         report["folds"].append(fold)
         report["pooled"] = pool([f["summary"] for f in report["folds"]])
         path.write_text(json.dumps(report, indent=2, default=_json_default))  # partial results survive a crash
+    return _conclude(report, folds, seeds, path)
+
+
+def _conclude(report: dict[str, Any], folds: Sequence[Mapping[str, Any]], seeds, path: Path) -> dict[str, Any]:
+    """The end of a walk: pooled metrics, the evidence, the lines and ``walk_forward.json``, each long
+    step with its progress line."""
+    steps = Steps("walk-forward report", total=2 if report["folds"] else 1)
     report["complete"] = len(report["folds"]) == len(folds)
     report["pooled"] = pool([f["summary"] for f in report["folds"]])
     if seeds is not None:
         report["pooled_per_seed"] = {str(s): pool([f["summary"] for f in report["folds"] if f["seed"] == s])
                                      for s in seeds}
     if report["folds"]:
-        report["evidence"] = walk_forward_evidence(report["folds"])
-        report["pooled"].update(_evidence_summary(report["evidence"]))
+        with steps.step("evidence statistics (test segments stitched)"):
+            report["evidence"] = walk_forward_evidence(report["folds"])
+            report["pooled"].update(_evidence_summary(report["evidence"]))
     report["lines"] = [fold_line(f) for f in report["folds"]] + [pooled_line(report["pooled"])]
     add_walk_forward_deployment(report)  # per fold decided on its validation returns; the pooled line
-    path.write_text(json.dumps(report, indent=2, default=_json_default))
+    with steps.step(f"write {path.name}"):
+        path.write_text(json.dumps(report, indent=2, default=_json_default))
     report["path"] = str(path)
     return report

@@ -1,11 +1,19 @@
-"""The live progress line of a run: ``it n/N``, elapsed time and ETA, throughput and running means
-of the episode metrics (:class:`Progress`)."""
+"""The live progress lines of a run: ``it n/N``, elapsed time and ETA, throughput and running means
+of the episode metrics (:class:`Progress`); the same for the long steps after training (the
+evaluation's walks, statistics, files and figure; walk-forward folds; a population's evaluations:
+:class:`Steps`); and :func:`say`, the one guarded write to the console (a closed pipe, e.g. ``| tee``
+ended by the same Ctrl-C, silences the console instead of raising)."""
 from __future__ import annotations
 
+import contextlib
+import errno
 import math
+import os
 import sys
+import threading
 import time
-from typing import Any
+import types
+from typing import Any, Iterator
 
 # (label, path in the RLlib result dict, format)
 PROGRESS_FIELDS = (
@@ -29,9 +37,72 @@ _RUNNING = (("episode_return_running", ("env_runners", "episode_return_mean")),
             ("episode_sharpe_running", ("env_runners", "trading", "episode_sharpe_mean")))
 
 
+def _closed_pipe(err: BaseException) -> bool:
+    return isinstance(err, BrokenPipeError) or (isinstance(err, OSError) and err.errno == errno.EPIPE)
+
+
+def silence(stream) -> None:
+    """Point ``stream``'s descriptor at the null device (a reader that went away: every later write,
+    Python's flush at exit included, succeeds and goes nowhere); a stream without one is left alone."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, fd)
+    finally:
+        os.close(null)
+
+
+def say(text: str, stream=None, end: str = "\n") -> bool:
+    """Write ``text + end`` to ``stream`` (default ``sys.stdout``) and flush; a closed pipe (the reader
+    of ``| tee`` or ``| head`` gone) silences the stream (:func:`silence`) instead of raising, so a run
+    goes on to its checkpoint. Returns whether the text was written."""
+    stream = stream if stream is not None else sys.stdout
+    try:
+        stream.write(text + end)
+        stream.flush()
+        return True
+    except OSError as err:
+        if not _closed_pipe(err):
+            raise
+        silence(stream)
+        return False
+
+
+def say_raw(text: str) -> None:
+    """:func:`say` for a signal handler: straight to the stdout descriptor (a buffered write there can
+    be re-entered in the middle of the main code's own write and raise); a closed pipe silences it."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # a captured stdout (tests) has no descriptor
+        say(text, end="")
+        return
+    try:
+        os.write(fd, text.encode())
+    except OSError as err:
+        if not _closed_pipe(err):
+            raise
+        silence(sys.stdout)
+
+
+def is_terminal(stream) -> bool:
+    """Whether ``stream`` is an interactive terminal (live lines) rather than a file or a pipe."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
 def _hms(seconds: float) -> str:
     seconds = int(round(seconds))
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def _took(seconds: float) -> str:
+    """A step's own time: ``4.2 s`` under a minute, else ``H:MM:SS``."""
+    return f"{seconds:.1f} s" if seconds < 59.95 else _hms(seconds)
 
 
 def _get(d: dict, path: tuple) -> Any:
@@ -119,5 +190,70 @@ class Progress:
             except (TypeError, ValueError):
                 parts.append(f"{label} {value}")
         line = " | ".join(parts)
-        print(line, file=self._stream, flush=True)
+        say(line, self._stream)
         return line
+
+
+class Steps:
+    """Progress of long steps, in the style of the training line: ``<label> n/N | elapsed [ETA] |
+    <step> <its time>``, one line per step when it ends. On a terminal the running step's line is also
+    shown live (rewritten in place every ``tick_s`` seconds); to a file or a pipe nothing else is
+    written. ``eta``: the steps are alike (folds, members), so the remaining time is the mean step
+    time so far times the steps left; otherwise (the different steps of one evaluation) no ETA.
+    ``total`` may be None (``<label> n``). ``quiet``: write nothing (a caller that shows its own)."""
+
+    def __init__(self, label: str, total: int | None = None, *, eta: bool = False, stream=None,
+                 live: bool | None = None, tick_s: float = 1.0, quiet: bool = False) -> None:
+        self.label, self.total, self.eta, self.quiet = label, total, eta, quiet
+        self._stream = stream if stream is not None else sys.stdout  # resolved now: pytest swaps sys.stdout
+        self._live = is_terminal(self._stream) if live is None else live
+        self._tick_s = tick_s
+        self._start = time.perf_counter()
+        self.done = 0
+        self.lines: list[str] = []
+
+    def _head(self, index: int, now: float) -> str:
+        elapsed = now - self._start
+        count = f"{index}/{self.total}" if self.total else f"{index}"
+        head = f"{self.label} {count} | {_hms(elapsed)}"
+        if self.eta and self.total and self.done > 0 and self.done < self.total:
+            head += f" ETA {_hms(elapsed / self.done * (self.total - self.done))}"
+        return head
+
+    @contextlib.contextmanager
+    def step(self, name: str) -> Iterator[types.SimpleNamespace]:
+        """Time one step named ``name``; its line is written when it ends. A step that raises writes
+        none (its error says what happened; a live line is cleared). Yields a namespace whose ``name``
+        the step may change (e.g. append what it did)."""
+        index, t0 = self.done + 1, time.perf_counter()
+        current = types.SimpleNamespace(name=name)
+        stop = threading.Event()
+        ticker = None
+        if self._live and not self.quiet:
+            def tick() -> None:
+                while True:
+                    now = time.perf_counter()
+                    say(f"\r\033[K{self._head(index, now)} | {current.name} {_took(now - t0)} ...", self._stream,
+                        end="")
+                    if stop.wait(self._tick_s):
+                        return
+
+            ticker = threading.Thread(target=tick, name="rl-zerosync-progress", daemon=True)
+            ticker.start()
+        try:
+            yield current
+        except BaseException:
+            if ticker is not None:
+                stop.set()
+                ticker.join()
+                say("\r\033[K", self._stream, end="")
+            raise
+        stop.set()
+        if ticker is not None:
+            ticker.join()
+        self.done = index
+        now = time.perf_counter()
+        line = f"{self._head(index, now)} | {current.name} {_took(now - t0)}"
+        self.lines.append(line)
+        if not self.quiet:
+            say(("\r\033[K" if self._live else "") + line, self._stream)
