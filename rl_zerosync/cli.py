@@ -190,6 +190,8 @@ def _walk_forward(args) -> int:
     for line in report["lines"]:
         print(line, flush=True)
     print(f"walk-forward report: {report['path']}", flush=True)
+    if report.get("verdict"):
+        print(report["verdict"], flush=True)
     if report.get("interrupted_by"):
         return 128 + int(report["interrupted_by"])
     return 0 if report["complete"] else 1
@@ -434,6 +436,7 @@ def _command(args) -> int:
         if report.get("output_line"):
             print(report["output_line"])
         print(report["summary_line"])
+        print(report["verdict_line"])
         return 0
     if args.command == "export":
         from rl_zerosync.population.report import member_checkpoint

@@ -49,9 +49,9 @@ def test_data_without_out_goes_to_its_own_directory(run, capsys):
     report = json.loads((out / "metrics.json").read_text())
     assert report["outputs"]["metrics_json"] == str(out / "metrics.json")
     assert report["outputs"]["all"]["bars_csv"] == str(out / "bars_all.csv")
-    lines = stdout.strip().splitlines()
-    assert f"{out}/" in lines[-2] and "'other prices (2015)' made safe for a directory name" in lines[-2]
-    assert f"report {out / 'report.png'}" in lines[-1]
+    lines = stdout.strip().splitlines()  # the step lines, where it went, the result line, the verdict
+    assert f"{out}/" in lines[-3] and "'other prices (2015)' made safe for a directory name" in lines[-3]
+    assert f"report {out / 'report.png'}" in lines[-2] and lines[-1].startswith("verdict on all ")
     assert not out.with_name(out.name + ".tmp").exists() and not out.with_name(out.name + ".old").exists()
     # the run directory's inventory has it, so --overwrite of the run removes it with the run
     inventory = json.loads((run["dir"] / INVENTORY_FILE).read_text())

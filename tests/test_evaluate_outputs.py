@@ -86,9 +86,10 @@ def test_run_segments_write_dated_bars_portfolio_and_report(run, capsys):
     rc, stdout, err = _evaluate(capsys, "--checkpoint", str(run["dir"]), "--out", str(out))
     assert rc == 0, err
     report = json.loads((out / "metrics.json").read_text())
-    *steps, line = stdout.strip().splitlines()
+    *steps, line, verdict = stdout.strip().splitlines()
     ret = report["summary"]["total_return"]
-    assert f"equity return {100 * ret:+.2f}%" in line and "best rule:" in line
+    assert f"equity return {100 * ret:+.2f}%" in line and "rule chosen on validation: " in line
+    assert verdict == report["verdict_line"] == report["summary"]["verdict"] and verdict.startswith("verdict on test")
     # one progress line per step of the evaluation (stdout is not a terminal here: no live line)
     assert [s.split(" | ")[0] for s in steps] == [f"evaluate {i}/13" for i in range(1, 14)]
     assert "| write metrics.json " in steps[-1] and "| draw report.png " in steps[-2]

@@ -282,6 +282,15 @@ def test_member_evaluations_print_one_progress_line_each(evaluated):
     assert any(line.startswith("evaluate ensemble 1/1 | ") for line in printed.splitlines())
 
 
+def test_the_leaderboard_ends_with_the_selected_members_verdict(evaluated):
+    _, report, printed = evaluated
+    chosen = report["selection"]["member"]
+    rule = report["selection"]["test"]["best_rule"]
+    line = next(x for x in printed.splitlines() if x.startswith(f"member{chosen}: verdict on test"))
+    assert line.startswith(f"member{chosen}: verdict on test (agent's Sharpe minus theirs, 95% intervals): ")
+    assert f"the rule chosen on validation ({rule}), interval [" in line and "buy-and-hold, interval [" in line
+
+
 def test_evaluate_and_export_take_a_member_or_the_selected_one(evaluated, tmp_path, capsys):
     from rl_zerosync.cli import main
 

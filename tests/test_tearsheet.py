@@ -167,6 +167,10 @@ def test_synthetic_run_gets_a_synthetic_calendar_and_a_tear_sheet(synth_eval, sy
     _check_sharpe(doc, report)
     assert doc["calendar"] == "synthetic" and pd.Timestamp(doc["start"]) == port["timestamp"].iloc[1]
     assert "equal-weight portfolio of 2 assets" in doc["returns"]
+    # the line's Sharpe is the portfolio's; the summary's mean of the assets' own Sharpes said beside it
+    mean = report["summary"]["sharpe"]
+    assert (f"these are the equal-weight portfolio's; the mean of the 2 assets' own Sharpes (metrics.json "
+            f"summary.sharpe) is {mean:+.2f}") in stdout.strip().splitlines()[-1]
     # an evaluation directory holding a tear sheet is still one evaluate replaces
     rc = main(["evaluate", "--checkpoint", str(synth_run["dir"])])
     assert rc == 0 and not (out / "tearsheet.json").exists()

@@ -61,7 +61,9 @@ def test_best_checkpoint_is_the_best_validation_and_is_evaluated(runs):
     assert s["validation_sharpe"] == pytest.approx(best["eval/validation_sharpe"], abs=1e-6)
     assert set(s["rules"]) == {"flat", "buy_and_hold", "momentum", "mean_reversion"}
     assert s["agent_minus_best_rule"] == pytest.approx(s["sharpe"] - s["best_rule_sharpe"])
-    assert "train_minus_test_sharpe" in s and "best rule:" in report["summary_line"]
+    assert "train_minus_test_sharpe" in s
+    assert f"rule chosen on validation: {s['best_rule']} (test {s['best_rule_sharpe']:+.2f})" in report["summary_line"]
+    assert report["verdict_line"].startswith("verdict on test (agent's Sharpe minus theirs, 95% intervals): ")
     # synthetic data: the oracle beside the rules, its variant chosen on validation and frozen for test
     oracle = {seg: report["segments"][seg]["oracle"] for seg in ("validation", "test")}
     assert oracle["validation"]["chosen_on"] == oracle["test"]["chosen_on"] == "validation"

@@ -261,9 +261,13 @@ def test_walk_forward_collects_folds_and_pools(tmp_path, monkeypatch):
     tests = [f["segments"]["test"][0] for f in on_disk["folds"]]
     assert [t["bars"][1] for t in tests[:-1]] == [t["bars"][0] for t in tests[1:]]
     assert tests[-1]["last"].startswith("2018-08-29")
-    assert len(report["lines"]) == 4 and report["lines"][1].startswith("fold 1 [")
-    assert "best rule momentum(1) +0.25" in report["lines"][1] and "test 20" in report["lines"][1]
-    assert report["lines"][-1].startswith("walk-forward pooled over 3 folds: mean test sharpe +1.50")
+    assert len(report["lines"]) >= 4 and report["lines"][1].startswith("fold 1 [")
+    assert "rule chosen on validation: momentum(1) (test +0.25)" in report["lines"][1]
+    assert "test 20" in report["lines"][1]
+    assert report["lines"][3].startswith("walk-forward pooled over 3 folds: mean test sharpe +1.50")
+    # no per-bar returns behind these folds: no intervals, so the verdict says why
+    assert report["verdict"].startswith("verdict on the test segments of 3 fold(s): none (")
+    assert report["verdict"] == on_disk["verdict"]
 
 
 def test_walk_forward_tiles_a_configured_window(tmp_path, monkeypatch):
@@ -438,9 +442,16 @@ def test_walk_forward_seeds_x_folds_anchored_pools_with_intervals(tmp_path, monk
     assert ev["ci_method"].startswith("stationary block bootstrap over bars (series share a calendar")
     assert "seeds drawn with replacement (2)" in ev["ci_method"]
     assert "seeds_note" in ev and "2 seed(s) x 1 asset(s)" in ev["series"]
-    assert "95% CI [" in report["lines"][-1]
+    assert "95% CI [" in report["lines"][6]
     on_disk = json.loads((tmp_path / "wf" / RESULT_FILE).read_text())
     assert on_disk["pooled"]["test_sharpe_ci95"] == [lo, hi]
+    # the verdict reads the pooled intervals, the rules named as chosen on each fold's validation
+    d, b = ev["intervals"]["agent_minus_best_rule"], ev["intervals"]["agent_minus_buy_and_hold"]
+    from rl_zerosync.evaluation.verdict import compare
+
+    assert report["verdict"] == (
+        "verdict on the test segments of 6 fold(s) (agent's Sharpe minus theirs, 95% intervals): "
+        f"{compare(d, 'the rule chosen on validation (per fold)')}; {compare(b, 'buy-and-hold')}")
 
 
 def test_walk_forward_without_fold_returns_says_why(tmp_path, monkeypatch):

@@ -38,13 +38,16 @@ that is not an evaluation's is refused (:mod:`rl_zerosync.evaluation.eval_dir`).
   several assets); drawdowns; each asset's Sharpe against buy-and-hold's; below, the exposure and
   routing mix, the cost sensitivity, and a costs line on top (fee, spread, execution lag).
 
-The summary line (test segment, or ``all`` for ``--data``) reports the Sharpe beside flat,
-buy-and-hold and the best rule, the oracle reference "oracle (knows the generator)" with the agent's
-efficiency (agent Sharpe / oracle Sharpe; synthetic data only, :mod:`rl_zerosync.evaluation.oracle`,
-its variant chosen on validation like the rules'; ``segments.<name>.oracle`` and ``summary.oracle_*``
-/ ``summary.efficiency`` in ``metrics.json``), and the equity return in percent (mean over assets
-and, with several assets, of the equal-weight portfolio, each beside buy-and-hold).
-Each step of the evaluation prints a progress line (:func:`evaluation_steps`, ``quiet`` to silence them).
+The summary line (test segment, or ``all`` for ``--data``) reports, labelled apart, the means over
+the assets (Sharpe beside flat, buy-and-hold and the rule chosen on validation with its Sharpe on
+the reported segment, equity return, max drawdown) and the equal-weight portfolio (its Sharpe and
+equity return beside buy-and-hold's), the oracle reference "oracle (knows the generator)" with the
+agent's efficiency (agent Sharpe / oracle Sharpe; synthetic data only,
+:mod:`rl_zerosync.evaluation.oracle`, its variant chosen on validation like the rules';
+``segments.<name>.oracle`` and ``summary.oracle_*`` / ``summary.efficiency`` in ``metrics.json``).
+The verdict line follows (``verdict_line``, :mod:`rl_zerosync.evaluation.verdict`: the agent against
+the rule chosen on validation and buy-and-hold, from the evidence's calibrated intervals). Each step
+of the evaluation prints a progress line (:func:`evaluation_steps`, ``quiet`` to silence them).
 
 ``--data FILE`` takes the run's column mapping, asset column, spread, feature and spike-check
 settings and ``periods_per_year`` when the run trained on files (``auto`` or unset: inferred from
@@ -321,6 +324,7 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | None = None,
     from rl_zerosync.evaluation.report_plot import plot_report
     from rl_zerosync.evaluation.eval_dir import record_in_run, written_whole
     from rl_zerosync.evaluation.sensitivity import execution_line, execution_report
+    from rl_zerosync.evaluation.verdict import verdict
     from rl_zerosync.rundir.progress import Steps
 
     segments = ["all"] if data is not None else ["validation", "test"]
@@ -355,6 +359,8 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | None = None,
             plot_report(results, portfolios, tmp / "report.png", execution=report["execution"])
         report["outputs"] = _moved(report["outputs"], tmp, ev.out_dir)  # the paths they have once swapped in
         png = ev.out_dir / "report.png"
+        report["verdict_line"] = report["summary"]["verdict"] = verdict(
+            report.get("evidence"), rule=report["summary"]["rule_chosen_on_validation"], segment=ev.segments[-1])
         report["summary_line"] = (_summary_line(ev, results[ev.segments[-1]], report, png)
                                   + execution_line(report["execution"]))
         if ev.out_line:
@@ -509,8 +515,12 @@ def _check_overlap(ev: _Evaluation, results: dict, train_market) -> tuple[dict[s
 
 
 def _summary(ev: _Evaluation, results: dict, report: dict, train) -> dict[str, Any]:
-    """The report's ``summary``: the last segment's policy beside flat, buy-and-hold and the best
-    rule (the one with the highest Sharpe on the segment that chose the variants)."""
+    """The report's ``summary``: the last segment's policy beside flat, buy-and-hold and the rule
+    chosen on validation (the rule variant with the highest Sharpe on the segment that chose the
+    variants, the first: ``best_rule`` / ``rule_chosen_on_validation``, never picked on the reported
+    segment). ``sharpe``, ``total_return``, ``max_drawdown``, ``turnover_per_bar`` and the rules'
+    Sharpes are means over the assets of per-asset values; ``portfolio_*`` are the equal-weight
+    portfolio's (one series, the mean of the assets' net returns each bar)."""
     from rl_zerosync.data.data_settings import regenerate_every
     from rl_zerosync.evaluation.backtest import best_rule
     from rl_zerosync.evaluation.oracle import oracle_summary
@@ -523,6 +533,7 @@ def _summary(ev: _Evaluation, results: dict, report: dict, train) -> dict[str, A
     port = report["segments"][last.segment]["portfolio"]
     summary = {
         "segment": last.segment,
+        "assets": len(last.assets),
         "sharpe": m["sharpe"],
         "total_return": m["total_return"],
         "total_return_pct": 100.0 * m["total_return"],
@@ -535,6 +546,8 @@ def _summary(ev: _Evaluation, results: dict, report: dict, train) -> dict[str, A
         "buy_and_hold_sharpe": b["buy_and_hold"]["mean"]["sharpe"],
         "rules": {r: b[r]["mean"]["sharpe"] for r in b},
         "rule_variants": {r: b[r]["variant"] for r in b if "variant" in b[r]},
+        "rule_chosen_on": chooser.segment,
+        "rule_chosen_on_validation": b[best].get("variant", best),
         "best_rule": b[best].get("variant", best),
         "best_rule_sharpe": b[best]["mean"]["sharpe"],
         "best_rule_validation_sharpe": chooser.baselines[best]["mean"]["sharpe"],
@@ -544,6 +557,9 @@ def _summary(ev: _Evaluation, results: dict, report: dict, train) -> dict[str, A
         "periods_per_year": last.periods_per_year,
         "warnings": len(report["warnings"]),
     }
+    if "buy_and_hold" in port:
+        summary["portfolio_buy_and_hold_sharpe"] = port["buy_and_hold"]["sharpe"]
+        summary["portfolio_buy_and_hold_total_return"] = port["buy_and_hold"]["total_return"]
     summary.update(oracle_summary(m["sharpe"], last.oracle))  # the bound of synthetic data: efficiency
     if train is not None:
         train_sharpe = train.metrics["mean"]["sharpe"]
@@ -556,7 +572,10 @@ def _summary(ev: _Evaluation, results: dict, report: dict, train) -> dict[str, A
 
 
 def _summary_line(ev: _Evaluation, last, report: dict, png: Path) -> str:
-    """The one printed line (module doc), from the report's ``summary`` of segment ``last``."""
+    """The one printed line (module doc), from the report's ``summary`` of segment ``last``: with
+    several assets the means over the assets first, then the equal-weight portfolio, each labelled;
+    the rule is the one chosen on validation (``--data``: on the file itself), its Sharpe on the
+    reported segment beside it."""
     from rl_zerosync.evaluation.oracle import oracle_text
 
     s = report["summary"]
@@ -564,19 +583,23 @@ def _summary_line(ev: _Evaluation, last, report: dict, png: Path) -> str:
     it = ev.run_state.get("iteration")
     which_txt = f"{ev.ckpt.name} (iteration {it})" if it is not None else ev.ckpt.name
     n_assets = len(last.assets)
+    chosen_on = "validation" if s["rule_chosen_on"] == "validation" else f"{s['rule_chosen_on']} (in sample)"
+    rules = (f"flat +0.00, buy&hold {s['rules']['buy_and_hold']:+.2f}, rule chosen on {chosen_on}: "
+             f"{s['rule_chosen_on_validation']} ({last.segment} {s['best_rule_sharpe']:+.2f})")
     agent, bh = f"{100 * s['total_return']:+.2f}%", f"{100 * s['buy_and_hold_total_return']:+.2f}%"
     if n_assets > 1:
-        returns = (f"equity return {agent} mean of {n_assets} assets (buy&hold {bh}), equal-weight portfolio "
-                   f"{100 * port['agent']['total_return']:+.2f}%")
+        head = (f"{last.segment}, mean of {n_assets} assets: sharpe {s['sharpe']:+.2f} ({rules}), equity return "
+                f"{agent} (buy&hold {bh}), max drawdown {100 * s['max_drawdown']:.2f}% | equal-weight portfolio: "
+                f"sharpe {port['agent']['sharpe']:+.2f}, equity return {100 * port['agent']['total_return']:+.2f}%")
         if "buy_and_hold" in port:
-            returns += f" (buy&hold {100 * port['buy_and_hold']['total_return']:+.2f}%)"
+            head += (f" (buy&hold sharpe {port['buy_and_hold']['sharpe']:+.2f}, equity return "
+                     f"{100 * port['buy_and_hold']['total_return']:+.2f}%)")
     else:
-        returns = f"equity return {agent} (buy&hold {bh})"
+        head = (f"{last.segment}: sharpe {s['sharpe']:+.2f} ({rules}) | equity return {agent} (buy&hold {bh}) | "
+                f"max drawdown {100 * s['max_drawdown']:.2f}%")
     warnings = report["warnings"]
     return (
-        f"{last.segment}: sharpe {s['sharpe']:+.2f} (flat +0.00, buy&hold {s['rules']['buy_and_hold']:+.2f}, "
-        f"best rule: {s['best_rule']} {s['best_rule_sharpe']:+.2f}) | {oracle_text(s)} | {returns} | "
-        f"max drawdown {100 * s['max_drawdown']:.2f}% | {which_txt} | report {png}"
+        f"{head} | {oracle_text(s)} | {which_txt} | report {png}"
         + (f" | {report['evidence']['short']}" if "short" in report.get("evidence", {}) else "")
         + (f" | {len(warnings)} warning(s): see stderr / metrics.json" if warnings else "")
     )

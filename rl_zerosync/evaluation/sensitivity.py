@@ -1,5 +1,5 @@
-"""Cost and execution sensitivity of a report: the selected policy and the best rule re-walked with
-costs scaled and with every order forced to MARKET, all variants in one batched walk per actor.
+"""Cost and execution sensitivity of a report: the selected policy and the rule chosen on validation
+re-walked with costs scaled and with every order forced to MARKET, all variants in one batched walk per actor.
 
 Variants (:data:`VARIANTS`, name -> (cost multiplier ``m``, all orders MARKET)): ``cost_x0``,
 ``cost_x1``, ``cost_x2``, ``cost_x4`` (every cost of :func:`rl_zerosync.envs.core.execute` times ``m``:
@@ -141,4 +141,4 @@ def execution_line(execution: Mapping[str, Any]) -> str:
     s = execution["sensitivity"]
     show = lambda d: "/".join(f"{d[n]:+.2f}" for n in VARIANTS)  # noqa: E731
     return (f" | execution lag {execution['settings']['execution_lag']}: sharpe at cost x0/x1/x2/x4/all-market "
-            f"{show(s['policy_sharpe'])} (best rule {show(s['best_rule_sharpe'])})")
+            f"{show(s['policy_sharpe'])} (rule chosen on validation {show(s['best_rule_sharpe'])})")

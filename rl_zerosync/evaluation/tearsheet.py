@@ -120,7 +120,8 @@ def load_series(path: str | Path) -> dict[str, Any]:
             "periods_per_year": float(sidecar.get("periods_per_year", entry.get("periods_per_year"))),
             "calendar": entry.get("calendar", sidecar.get("calendar")), "assets": entry.get("assets", []),
             "sharpe": {"agent": port_metrics["agent"]["sharpe"],
-                       "buy_and_hold": (port_metrics.get("buy_and_hold") or {}).get("sharpe")}}
+                       "buy_and_hold": (port_metrics.get("buy_and_hold") or {}).get("sharpe")},
+            "mean_over_assets": {k: (report.get("summary") or {}).get(k) for k in ("sharpe", "buy_and_hold_sharpe")}}
 
 
 def _quantstats():
@@ -147,6 +148,17 @@ def _json_cell(value: Any) -> Any:
     except (TypeError, ValueError):
         return str(value)
     return number if math.isfinite(number) else None
+
+
+def _not_the_mean(s: dict[str, Any], n_assets: int) -> str:
+    """With several assets: the line's Sharpes are the equal-weight portfolio's, said beside the mean of
+    the assets' own Sharpes that ``metrics.json``'s summary and the result line head with."""
+    mean = s.get("mean_over_assets") or {}
+    if n_assets < 2 or mean.get("sharpe") is None:
+        return ""
+    bh = mean.get("buy_and_hold_sharpe")
+    return (f" | these are the equal-weight portfolio's; the mean of the {n_assets} assets' own Sharpes (metrics.json "
+            f"summary.sharpe) is {mean['sharpe']:+.2f}" + (f", buy & hold {bh:+.2f}" if bh is not None else ""))
 
 
 def _periods(value: float) -> int | float:
@@ -218,5 +230,6 @@ def tear_sheet(path: str | Path, html: bool = False, out: str | Path | None = No
             f"periods_per_year {ppy:g} ({s['calendar']} calendar) | sharpe {theirs['agent']:+.4f} quantstats, "
             f"{agent.get('metrics_json', float('nan')):+.4f} metrics.json (difference "
             f"{abs(agent.get('difference', float('nan'))):.1e}, tolerance {SHARPE_TOLERANCE:g}) | buy & hold "
-            f"{theirs['buy_and_hold']:+.4f} | {path_json}" + (f" | {doc['html']}" if doc["html"] else ""))
+            f"{theirs['buy_and_hold']:+.4f}" + _not_the_mean(s, n_assets) + f" | {path_json}"
+            + (f" | {doc['html']}" if doc["html"] else ""))
     return {**doc, "table": table.to_string(), "line": line, "tearsheet_json": str(path_json)}

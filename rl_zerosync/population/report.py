@@ -192,6 +192,12 @@ def leaderboard_lines(report: dict, metric: str, top: int = 10) -> list[str]:
         if "deflated_sharpe" in sel:
             line += f"; test DSR {sel['deflated_sharpe']:.2f} over {sel['trials']} trials"
         lines.append(line)
+        if "test" in sel:
+            from rl_zerosync.evaluation.verdict import verdict
+
+            lines.append(f"member{sel['member']}: " + verdict(sel.get("evidence") or {
+                "reason": "no calibrated intervals (the member's evaluation kept no per-bar test returns)"},
+                rule=sel["test"].get("best_rule")))
     ens = report.get("ensemble")
     if ens is not None:
         line = (f"ensemble of the top {ens['k']} on validation (members {ens['members']}): test sharpe "

@@ -343,6 +343,7 @@ def summary_line(report: dict[str, Any]) -> str:
         kind = "seed_ci95" if "test_sharpe_seed_ci95" in s else "seed_range"
         lo, hi = s[f"test_sharpe_{kind}"]
         spread = f"[{lo:+.2f}, {hi:+.2f}] ({'95% over seeds' if kind == 'seed_ci95' else 'range over seeds'})"
-    return (f"{s['seeds']} seeds: test sharpe {s['test_sharpe_mean']:+.2f} {spread} | best rule "
-            f"{s['best_rule_test_sharpe_mean']:+.2f} | agent - best rule {s['agent_minus_best_rule_mean']:+.2f} | "
+    return (f"{s['seeds']} seeds: test sharpe {s['test_sharpe_mean']:+.2f} {spread} | rule chosen on validation "
+            f"(test) {s['best_rule_test_sharpe_mean']:+.2f} | agent - rule chosen on validation "
+            f"{s['agent_minus_best_rule_mean']:+.2f} | "
             + " ".join(f"{k} {v:+.2f}" for k, v in r.items()))

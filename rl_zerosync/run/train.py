@@ -305,6 +305,7 @@ def _train_loop(settings: Settings, run_dir: RunDir, algo, ckpt) -> dict:
         if settings.run.evaluate:
             report = loop.evaluate()
             print(report["summary_line"], flush=True)
+            print(report["verdict_line"], flush=True)
             result["evaluation"] = report
     finally:
         loop.close()

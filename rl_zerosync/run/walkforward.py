@@ -235,7 +235,7 @@ def fold_line(fold: Mapping[str, Any]) -> str:
         return " ".join(parts + ["no evaluation"])
     base = f"buy&hold {_fmt(s.get('buy_and_hold_sharpe'))}"
     if s.get("best_rule") is not None:
-        base += f", best rule {s['best_rule']} {_fmt(s.get('best_rule_sharpe'))}"
+        base += f", rule chosen on validation: {s['best_rule']} (test {_fmt(s.get('best_rule_sharpe'))})"
     parts.append(f"sharpe {_fmt(s.get('sharpe'))} ({base})")
     parts.append(f"| return {_fmt(s.get('total_return'), pct=True)}")
     parts.append(f"| max drawdown {_fmt(s.get('max_drawdown'), pct=True, sign=False)}")
@@ -247,7 +247,7 @@ def pooled_line(pooled: Mapping[str, Any]) -> str:
     n = pooled.get("folds", 0)
     base = f"buy&hold {_fmt(pooled.get('mean_buy_and_hold_sharpe'))}"
     if "mean_best_rule_sharpe" in pooled:
-        base += f", best rule {_fmt(pooled['mean_best_rule_sharpe'])}"
+        base += f", rules chosen on validation {_fmt(pooled['mean_best_rule_sharpe'])}"
     line = (f"walk-forward pooled over {n} folds: mean test sharpe {_fmt(pooled.get('mean_sharpe'))} ({base}) | "
             f"mean return {_fmt(pooled.get('mean_total_return'), pct=True)} | "
             f"chained return {_fmt(pooled.get('chained_total_return'), pct=True)}")
@@ -257,8 +257,9 @@ def pooled_line(pooled: Mapping[str, Any]) -> str:
         lo, hi = pooled["test_sharpe_ci95"]
         dlo, dhi = pooled["agent_minus_best_rule_ci95"]
         dsr = pooled.get("deflated_sharpe")
-        line += (f" | pooled sharpe {_fmt(pooled['pooled_test_sharpe'])} 95% CI [{lo:+.2f}, {hi:+.2f}], vs best rule "
-                 f"[{dlo:+.2f}, {dhi:+.2f}], DSR {_fmt(dsr, sign=False)} over {pooled['trials']} trials")
+        line += (f" | pooled sharpe {_fmt(pooled['pooled_test_sharpe'])} 95% CI [{lo:+.2f}, {hi:+.2f}], vs rules "
+                 f"chosen on validation [{dlo:+.2f}, {dhi:+.2f}], DSR {_fmt(dsr, sign=False)} over {pooled['trials']} "
+                 "trials")
     return line
 
 
@@ -539,8 +540,10 @@ def _walk(settings, k, out_dir: Path, folds, folds_settings, changes, fractions,
 
 
 def _conclude(report: dict[str, Any], folds: Sequence[Mapping[str, Any]], seeds, path: Path) -> dict[str, Any]:
-    """The end of a walk: pooled metrics, the evidence, the lines and ``walk_forward.json``, each long
-    step with its progress line."""
+    """The end of a walk: pooled metrics, the evidence, the verdict (printed last by the command line),
+    the lines and ``walk_forward.json``, each long step with its progress line."""
+    from rl_zerosync.evaluation.verdict import verdict
+
     steps = Steps("walk-forward report", total=2 if report["folds"] else 1)
     report["complete"] = len(report["folds"]) == len(folds)
     report["pooled"] = pool([f["summary"] for f in report["folds"]])
@@ -551,6 +554,8 @@ def _conclude(report: dict[str, Any], folds: Sequence[Mapping[str, Any]], seeds,
         with steps.step("evidence statistics (test segments stitched)"):
             report["evidence"] = walk_forward_evidence(report["folds"])
             report["pooled"].update(_evidence_summary(report["evidence"]))
+    report["verdict"] = verdict(report.get("evidence") if report["folds"] else {"reason": "no fold finished"},
+                                rule="per fold", segment=f"the test segments of {len(report['folds'])} fold(s)")
     report["lines"] = [fold_line(f) for f in report["folds"]] + [pooled_line(report["pooled"])]
     add_walk_forward_deployment(report)  # per fold decided on its validation returns; the pooled line
     with steps.step(f"write {path.name}"):
