@@ -143,3 +143,19 @@ def test_alike_steps_show_an_eta_and_a_terminal_sees_them_live():
         pass
     assert quiet.getvalue() == ""
 
+
+def test_say_on_a_closed_pipe_silences_the_stream_instead_of_raising(tmp_path):
+    # In a child process: its stdout is a pipe whose reader is closed before it writes.
+    code = ("import sys; from rl_zerosync.rundir.progress import say, say_raw\n"
+            "sys.stdin.read()\n"  # wait until the parent closed the reader
+            "ok = say('first line')\n"
+            "say_raw('from a signal handler\\n')\n"
+            "print('a plain print after it', flush=True)\n"
+            "sys.stderr.write(f'said {ok}\\n')\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()
+    _, err = proc.communicate("", timeout=120)
+    assert proc.returncode == 0, err
+    assert err.strip() == "said False" and "BrokenPipeError" not in err
+

@@ -107,6 +107,34 @@ def test_ctrl_c_writes_a_checkpoint_and_exits_128_plus_signal(tmp_path, sig):
     assert 2 <= len(_iterations(run_dir)) < 100000
 
 
+def test_ctrl_c_after_the_reader_of_stdout_went_away_still_checkpoints(tmp_path):
+    """``rl-zerosync train ... | tee log`` and Ctrl-C: the same SIGINT ends ``tee`` first, so the run's
+    stdout is a pipe without a reader. Its writes are silenced, not raised: the checkpoint is written
+    and the run exits 130, without a BrokenPipeError traceback."""
+    run = ["--set", f"run.dir={tmp_path}", "--set", "run.name=p", "--set", "run.iterations=100000",
+           "--set", "run.checkpoint_every=0"]
+    run_dir = tmp_path / "p"
+    with open(tmp_path / "stderr.txt", "w") as err:
+        proc = subprocess.Popen(_cli("train", "--config", str(SMOKE), *run), env=_env(), cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=err, text=True)
+        try:
+            deadline = time.time() + 240
+            while time.time() < deadline and len(_iterations(run_dir)) < 2:
+                time.sleep(0.5)
+                assert proc.poll() is None, (tmp_path / "stderr.txt").read_text()
+            proc.stdout.close()  # the reader is gone (tee ended by the same Ctrl-C)
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    stderr = (tmp_path / "stderr.txt").read_text()
+    assert proc.returncode == 130, stderr[-3000:]
+    assert "BrokenPipeError" not in stderr and "Traceback" not in stderr, stderr[-3000:]
+    assert (run_dir / "checkpoint" / "rllib_checkpoint.json").is_file()
+    assert 2 <= len(_iterations(run_dir)) < 100000
+
+
 def test_remote_env_runners_and_ddp_learners(tmp_path):
     """Scale-out path: 2 remote GPUEnvRunner actors + 2 learners (DDP over gloo on the CPU)."""
     sets = ["--set", f"run.dir={tmp_path}", "--set", "run.name=scale", "--set", "run.iterations=3",

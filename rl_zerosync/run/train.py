@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 
 from rl_zerosync.run.children import install_stop_handlers, restore_handlers
 from rl_zerosync.rundir.checkpoints import BEST_DIR, best_or_last
-from rl_zerosync.rundir.progress import Progress
+from rl_zerosync.rundir.progress import Progress, say, say_raw
 from rl_zerosync.rundir.run_dir import EVALUATION_DIR, EVALUATION_NAMES, RunDir
 from rl_zerosync.config.settings import Settings, to_rllib_config
 
@@ -33,17 +32,6 @@ def init_ray(settings: Settings) -> None:
     ray.init(**kwargs)
 
 
-def _say(text: str) -> None:
-    """Write from a signal handler: straight to the stdout descriptor (a buffered ``print`` there can be
-    re-entered in the middle of the main code's own ``print`` and raise)."""
-    try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError):  # a captured stdout (tests) has no descriptor
-        print(text, end="", flush=True)
-        return
-    os.write(fd, text.encode())
-
-
 class _Interrupt:
     """Turns SIGINT/SIGTERM into a flag checked between iterations (a second Ctrl-C stops at once; a
     second SIGTERM changes nothing: the checkpoint is written, then the run exits 128 + signal)."""
@@ -61,11 +49,11 @@ class _Interrupt:
         if self.requested and signum == signal.SIGINT:  # second Ctrl-C: stop now
             raise KeyboardInterrupt
         if self.requested:  # a repeated SIGTERM (a driver and its death signal both): the checkpoint goes on
-            _say(f"\ninterrupt ({signal.Signals(signum).name}) again: the checkpoint is still written\n")
+            say_raw(f"\ninterrupt ({signal.Signals(signum).name}) again: the checkpoint is still written\n")
             return
         self.requested = True
         self.signum = int(signum)
-        _say(f"\ninterrupt ({signal.Signals(signum).name}): finishing this iteration, then writing a "
+        say_raw(f"\ninterrupt ({signal.Signals(signum).name}): finishing this iteration, then writing a "
              f"checkpoint; the run then exits with {128 + signum}\n")
 
     def __exit__(self, *exc):
@@ -297,15 +285,15 @@ def _train_loop(settings: Settings, run_dir: RunDir, algo, ckpt) -> dict:
                 loop.step()
             # inside the handler: a SIGTERM during the save (a driver and its death signal both) waits for it
             ckpt = loop.save()
-            print(f"checkpoint: {ckpt}", flush=True)
+            say(f"checkpoint: {ckpt}")
         result = loop.result
         if interrupt.requested:
             result["interrupted_by"] = interrupt.signum
             return result
         if settings.run.evaluate:
             report = loop.evaluate()
-            print(report["summary_line"], flush=True)
-            print(report["verdict_line"], flush=True)
+            say(report["summary_line"])
+            say(report["verdict_line"])
             result["evaluation"] = report
     finally:
         loop.close()
