@@ -189,7 +189,8 @@ def _walk_forward(args) -> int:
         return 2
     for line in report["lines"]:
         print(line, flush=True)
-    print(f"walk-forward report: {report['path']}", flush=True)
+    plot = f" | {report['plot']}" if report.get("plot") else ""
+    print(f"walk-forward report: {report['path']}{plot}", flush=True)
     if report.get("verdict"):
         print(report["verdict"], flush=True)
     if report.get("interrupted_by"):

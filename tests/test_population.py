@@ -291,6 +291,22 @@ def test_the_leaderboard_ends_with_the_selected_members_verdict(evaluated):
     assert f"the rule chosen on validation ({rule}), interval [" in line and "buy-and-hold, interval [" in line
 
 
+def test_population_png_marks_the_selected_member_and_the_ensemble(evaluated, tmp_path):
+    from rl_zerosync.population.leaderboard_plot import plot_population, validation_curve
+
+    parent, report, printed = evaluated
+    chosen = report["selection"]["member"]
+    assert (parent / "population.png").stat().st_size > 20_000 and report["plot"] == str(parent / "population.png")
+    assert f"population report: {parent / 'population.json'} | {parent / 'population.png'}" in printed
+    texts = plot_population(report, parent, tmp_path / "again.png")
+    assert texts["order"] == report["leaderboard"] + ["ensemble"]
+    assert f"selected: member{chosen}, test Sharpe" in texts["leaderboard_title"]
+    assert {f"member{chosen} (selected on validation)", "ensemble member",
+            "test Sharpe (read once for the report, not used to select)"} <= set(texts["legend"])
+    its, values, _ = validation_curve(parent / f"member{chosen}")
+    assert its == [3, 6] and max(values) == pytest.approx(report["per_member"][chosen]["best_validation_sharpe"])
+
+
 def test_evaluate_and_export_take_a_member_or_the_selected_one(evaluated, tmp_path, capsys):
     from rl_zerosync.cli import main
 

@@ -265,9 +265,10 @@ def test_walk_forward_collects_folds_and_pools(tmp_path, monkeypatch):
     assert "rule chosen on validation: momentum(1) (test +0.25)" in report["lines"][1]
     assert "test 20" in report["lines"][1]
     assert report["lines"][3].startswith("walk-forward pooled over 3 folds: mean test sharpe +1.50")
-    # no per-bar returns behind these folds: no intervals, so the verdict says why
+    # no per-bar returns behind these folds: no intervals, so the verdict says why; the picture still comes
     assert report["verdict"].startswith("verdict on the test segments of 3 fold(s): none (")
     assert report["verdict"] == on_disk["verdict"]
+    assert (tmp_path / "wf" / "walk_forward.png").stat().st_size > 10_000 and on_disk["plot"].endswith(".png")
 
 
 def test_walk_forward_tiles_a_configured_window(tmp_path, monkeypatch):
@@ -452,6 +453,42 @@ def test_walk_forward_seeds_x_folds_anchored_pools_with_intervals(tmp_path, monk
     assert report["verdict"] == (
         "verdict on the test segments of 6 fold(s) (agent's Sharpe minus theirs, 95% intervals): "
         f"{compare(d, 'the rule chosen on validation (per fold)')}; {compare(b, 'buy-and-hold')}")
+
+
+def test_walk_forward_png_shows_each_fold_and_the_chained_equity(tmp_path, monkeypatch):
+    import rl_zerosync.run.train as train_module
+    from rl_zerosync.evaluation.walkforward_plot import chained, plot_walk_forward
+
+    seen = []
+
+    def fake_train(s, **kw):
+        seen.append(s)
+        _fake_returns(s.run_dir, len(seen) - 1, 0)
+        iv = {"agent": _interval(0.2 * len(seen)), "buy_and_hold": _interval(1.0), "momentum": _interval(0.4),
+              "agent_minus_best_rule": {"best_rule": "momentum", **_interval(-0.1)}}
+        return {"evaluation": {"summary": _fake_summary(len(seen) - 1), "evidence": {"intervals": iv}}}
+
+    monkeypatch.setattr(train_module, "train", fake_train)
+    report = walk_forward(settings_for(tmp_path), 3)
+    iv = report["folds"][1]["intervals"]
+    assert iv["rule_name"] == "momentum" and set(iv) == {"agent", "buy_and_hold", "rule", "rule_name"}
+    assert np.allclose([iv["agent"], iv["buy_and_hold"], iv["rule"]], [[0.1, 0.7], [0.7, 1.3], [0.1, 0.7]])
+    c = chained(report["folds"])
+    assert c["per_bar"] and c["bounds"] == [0, 120, 240]  # 3 folds of 120 test bars, stitched
+    x, eq = c["agent"][None]
+    nets = np.concatenate([np.load(Path(f["run_dir"]) / "evaluation" / "returns_test.npz")["agent_0"]
+                           for f in report["folds"]])
+    assert len(eq) == 361 and eq[-1] == pytest.approx(np.prod(1.0 + nets))
+    texts = plot_walk_forward(report, tmp_path / "again.png")
+    assert texts["sharpe_title"].startswith("per fold: test Sharpe (mean over assets) with 95% interval | pooled")
+    assert {"agent", "buy & hold", "rule chosen on the fold's validation",
+            "rules chosen on each fold's validation"} <= set(texts["legend"])
+    assert "test equity chained over the folds" in texts["equity_title"]
+    assert (tmp_path / "wf" / "walk_forward.png").is_file()
+
+
+def _interval(mid: float) -> dict:
+    return {"estimate": mid, "low": mid - 0.3, "high": mid + 0.3}
 
 
 def test_walk_forward_without_fold_returns_says_why(tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 
 from rl_zerosync.config.settings import Settings
+from rl_zerosync.population.leaderboard_plot import POPULATION_PNG, plot_population
 from rl_zerosync.population.lockstep import Population
 from rl_zerosync.population.members import all_member_settings, member_dir
 from rl_zerosync.population.report import leaderboard_lines, population_report, write_report
@@ -29,7 +30,7 @@ def train_population(settings: Settings, overwrite: bool = False) -> dict:
     with RunDir.claim(parent, overwrite=overwrite, hint=again) as prd:
         from rl_zerosync.population.report import ENSEMBLE_DIR
 
-        prd.record("population.json", *(member_dir(parent, m.index).name for m in pop.members),
+        prd.record("population.json", POPULATION_PNG, *(member_dir(parent, m.index).name for m in pop.members),
                    *([ENSEMBLE_DIR.format(k=pop.ensemble_top_k)] if pop.ensemble_top_k else []))
         for m in pop.members:  # every member's directory checked before Ray starts
             RunDir.claim(member_dir(parent, m.index), hint=again).close()
@@ -94,8 +95,13 @@ def _run(population) -> dict:
     report = population_report(pop, metric, rows, parent, ensemble=ensemble)
     report["timing"] = population.timing_summary()
     say(report["timing"]["line"])
-    path = write_report(parent, report)
+    steps = Steps("population report", total=2)
+    with steps.step(f"draw {POPULATION_PNG}"):
+        plot_population(report, parent, parent / POPULATION_PNG, metric)
+    report["plot"] = str(parent / POPULATION_PNG)
+    with steps.step("write population.json"):
+        path = write_report(parent, report)
     for line in leaderboard_lines(report, metric):
         say(line)
-    say(f"population report: {path}")
+    say(f"population report: {path} | {parent / POPULATION_PNG}")
     return report

@@ -70,6 +70,9 @@ from rl_zerosync.evaluation.deploy import DEFAULT_MARGIN, add_walk_forward_deplo
 from rl_zerosync.rundir.progress import Steps, say
 
 RESULT_FILE = "walk_forward.json"
+PLOT_FILE = "walk_forward.png"
+"""Beside ``walk_forward.json``: per-fold test Sharpe with intervals, chained test equity
+(:mod:`rl_zerosync.evaluation.walkforward_plot`)."""
 FOLD_METRICS = "metrics.json"
 """A fold's evaluation report in ``<fold>/evaluation/``: its ``summary`` goes into walk_forward.json."""
 FOLD_PLANS = ("reused", "resumed", "restarted", "trained")
@@ -530,6 +533,7 @@ def _walk(settings, k, out_dir: Path, folds, folds_settings, changes, fractions,
             break
         summary = dict(evaluation.get("summary") or {})
         fold["summary"] = summary
+        fold["intervals"] = fold_intervals(evaluation)
         metrics = Path(fold["run_dir"]) / "evaluation" / FOLD_METRICS
         if metrics.is_file():
             fold["metrics"] = str(metrics)
@@ -541,10 +545,11 @@ def _walk(settings, k, out_dir: Path, folds, folds_settings, changes, fractions,
 
 def _conclude(report: dict[str, Any], folds: Sequence[Mapping[str, Any]], seeds, path: Path) -> dict[str, Any]:
     """The end of a walk: pooled metrics, the evidence, the verdict (printed last by the command line),
-    the lines and ``walk_forward.json``, each long step with its progress line."""
+    ``walk_forward.png``, the lines and ``walk_forward.json``, each long step with its progress line."""
     from rl_zerosync.evaluation.verdict import verdict
+    from rl_zerosync.evaluation.walkforward_plot import plot_walk_forward
 
-    steps = Steps("walk-forward report", total=2 if report["folds"] else 1)
+    steps = Steps("walk-forward report", total=3 if report["folds"] else 1)
     report["complete"] = len(report["folds"]) == len(folds)
     report["pooled"] = pool([f["summary"] for f in report["folds"]])
     if seeds is not None:
@@ -556,9 +561,30 @@ def _conclude(report: dict[str, Any], folds: Sequence[Mapping[str, Any]], seeds,
             report["pooled"].update(_evidence_summary(report["evidence"]))
     report["verdict"] = verdict(report.get("evidence") if report["folds"] else {"reason": "no fold finished"},
                                 rule="per fold", segment=f"the test segments of {len(report['folds'])} fold(s)")
+    if report["folds"]:
+        png = path.with_name(PLOT_FILE)
+        with steps.step(f"draw {PLOT_FILE}"):
+            plot_walk_forward(report, png)
+        report["plot"] = str(png)
     report["lines"] = [fold_line(f) for f in report["folds"]] + [pooled_line(report["pooled"])]
     add_walk_forward_deployment(report)  # per fold decided on its validation returns; the pooled line
     with steps.step(f"write {path.name}"):
         path.write_text(json.dumps(report, indent=2, default=_json_default))
     report["path"] = str(path)
     return report
+
+
+def fold_intervals(evaluation: Mapping[str, Any]) -> dict[str, Any]:
+    """A fold's test Sharpe intervals from its evaluation report's evidence (the agent, buy-and-hold and
+    the rule chosen on validation: ``[low, high]`` each, with the rule's name); ``{}`` without evidence."""
+    iv = (evaluation.get("evidence") or {}).get("intervals")
+    if not isinstance(iv, Mapping) or "agent" not in iv:
+        return {}
+    rule = (iv.get("agent_minus_best_rule") or {}).get("best_rule")
+    out = {"agent": [iv["agent"]["low"], iv["agent"]["high"]]}
+    for key, name in (("buy_and_hold", "buy_and_hold"), ("rule", rule)):
+        if name in iv:
+            out[key] = [iv[name]["low"], iv[name]["high"]]
+    if rule is not None:
+        out["rule_name"] = rule
+    return out
