@@ -157,6 +157,7 @@ def _bench(args) -> int:
 
 def _walk_forward(args) -> int:
     from rl_zerosync.config.settings import SettingsError, load
+    from rl_zerosync.rundir.lock import RunExistsError
     from rl_zerosync.run.walkforward import WalkForwardError, walk_forward
 
     if args.walk_forward is None or args.config is None or args.checkpoint is not None or args.data is not None:
@@ -186,6 +187,9 @@ def _walk_forward(args) -> int:
                               **({} if args.deploy_margin is None else {"deploy_margin": args.deploy_margin}))
     except WalkForwardError as err:
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    except RunExistsError as err:
+        _run_dir_error(err, args, resume=True)
         return 2
     for line in report["lines"]:
         print(line, flush=True)
@@ -222,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in argv or os.environ.get("RL_ZEROSYNC_DEBUG", "") not in ("", "0")
     args = _parser().parse_args(_joined_values([a for a in argv if a != "--debug"]))
     args.debug = debug
+    args.argv = [a for a in argv if a != "--debug"]
     from rl_zerosync.run.ray_console import quiet_ray_notices
     from rl_zerosync.run.ray_session import owned_ray
 
@@ -298,6 +303,42 @@ def _input_error(err: BaseException) -> bool:
     return isinstance(err, tuple(kinds))
 
 
+def again_commands(argv: list[str], err, resume: bool, walk: bool = False) -> list[str]:
+    """The exact commands that continue or replace the run a
+    :class:`~rl_zerosync.rundir.lock.RunExistsError` refused: this command's arguments ``argv`` without
+    ``--resume``/``--overwrite``, plus ``--resume <dir>`` (a walk-forward's ``--resume`` takes no value)
+    when the run can be continued (``resume``), and ``--overwrite``."""
+    import shlex
+
+    rest, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--resume":
+            skip = not walk  # train's --resume takes the directory
+        elif a != "--overwrite" and not a.startswith("--resume="):
+            rest.append(a)
+    base = shlex.join(["rl-zerosync", *rest])
+    lines = []
+    if resume:
+        lines.append(f"  continue it:                        {base} --resume"
+                     + ("" if walk else f" {shlex.quote(str(err.path))}"))
+    lines.append(f"  start again (its outputs removed):  {base} --overwrite")
+    return lines
+
+
+def _run_dir_error(err: BaseException, args, resume: bool) -> None:
+    """The ``error:`` line of a run-directory error and, for a directory that holds a run, the exact
+    commands to continue it (``resume``: when the command can) or to start it again."""
+    from rl_zerosync.rundir.lock import RunExistsError
+
+    print(f"error: {err}", file=sys.stderr)
+    if isinstance(err, RunExistsError):
+        walk = getattr(args, "walk_forward", None) is not None
+        for line in again_commands(getattr(args, "argv", []), err, resume, walk=walk):
+            print(line, file=sys.stderr)
+
+
 def _kept_checkpoint(run_dir: Path) -> str:
     """Which checkpoint a halted run keeps (nothing is written after the halt)."""
     from rl_zerosync.rundir.checkpoints import CHECKPOINT_DIR
@@ -331,7 +372,7 @@ def _train_population(settings, args) -> int:
     try:
         report = train_population(settings, overwrite=args.overwrite)
     except RunDirError as err:
-        print(f"error: {err}", file=sys.stderr)
+        _run_dir_error(err, args, resume=False)
         return 2
     except TrainingHalted as err:
         print(f"error: {err}", file=sys.stderr)
@@ -343,7 +384,7 @@ def _train_population(settings, args) -> int:
 def _command(args) -> int:
     if args.command == "train":
         from rl_zerosync.rundir.checkpoints import CheckpointError
-        from rl_zerosync.rundir.lock import RunDirError, RunLock
+        from rl_zerosync.rundir.lock import RunDirError, RunExistsError, RunLock
         from rl_zerosync.rundir.run_dir import RunDir
         from rl_zerosync.config.settings import SettingsError, load
         from rl_zerosync.run.train import train
@@ -388,12 +429,13 @@ def _command(args) -> int:
                                      hint="pass --overwrite to train the seeds again").close()
                     if together and (parent / POPULATION_DIR / "population.json").is_file():
                         if not args.overwrite:
-                            raise RunDirError(f"{parent / POPULATION_DIR} already holds a population "
-                                              f"(population.json); pass --overwrite to train the seeds again")
+                            raise RunExistsError(f"{parent / POPULATION_DIR} already holds a population "
+                                                 f"(population.json); pass --overwrite to train the seeds again",
+                                                 parent / POPULATION_DIR)
                         (parent / POPULATION_DIR / "population.json").unlink()
                     report = train_seeds(args.config, args.set, seeds, parallel=parallel, together=together)
             except RunDirError as err:
-                print(f"error: {err}", file=sys.stderr)
+                _run_dir_error(err, args, resume=False)
                 return 2
             if report.get("partial"):
                 print(f"seeds: interrupted; {len(report['per_seed'])} finished, unfinished "
@@ -410,7 +452,7 @@ def _command(args) -> int:
         try:
             result = train(settings, resume=args.resume, overwrite=args.overwrite)
         except (RunDirError, CheckpointError) as err:
-            print(f"error: {err}", file=sys.stderr)
+            _run_dir_error(err, args, resume=True)
             return 2
         except TrainingHalted as err:
             print(f"error: {err}; {_kept_checkpoint(settings.run_dir)}", file=sys.stderr)

@@ -50,12 +50,12 @@ def test_version_flag():
 def test_ray_notices_once_at_debug_in_our_commands_only(caplog):
     import logging
 
-    from rl_zerosync.run.ray_console import DEBUG_LOGGER, NOTICES, OnceAtDebug, quiet_ray_notices
+    from rl_zerosync.rundir.ray_notices import DEBUG_LOGGER, NOTICES, OnceAtDebug, quiet_ray_notices
 
     # Importing the library (and RLlib through it) installs no filter: checked in a fresh process,
     # since our commands run earlier in this one may have installed theirs.
     code = ("import logging; import rl_zerosync.algorithm, rl_zerosync.run.train; "
-            "from rl_zerosync.run.ray_console import NOTICES, OnceAtDebug; "
+            "from rl_zerosync.rundir.ray_notices import NOTICES, OnceAtDebug; "
             "print(any(isinstance(f, OnceAtDebug) for n in NOTICES for f in logging.getLogger(n).filters))")
     fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert fresh.returncode == 0 and fresh.stdout.strip() == "False", fresh.stdout + fresh.stderr
@@ -159,3 +159,42 @@ def test_say_on_a_closed_pipe_silences_the_stream_instead_of_raising(tmp_path):
     assert proc.returncode == 0, err
     assert err.strip() == "said False" and "BrokenPipeError" not in err
 
+
+def test_the_python_api_quiets_the_notices_for_its_own_calls_only():
+    # A fresh process: no command installed the filters for good.
+    code = ("import logging, sys\n"
+            "logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format='%(message)s')\n"
+            "from rl_zerosync.rundir.ray_notices import NOTICES, OnceAtDebug, notices_quieted\n"
+            "dep = logging.getLogger('ray._common.deprecation')\n"
+            "with notices_quieted():\n"
+            "    dep.warning('DeprecationWarning: RLModule(config=...) has been deprecated (inside)')\n"
+            "    dep.warning('another warning (inside)')\n"
+            "dep.warning('DeprecationWarning: RLModule(config=...) has been deprecated (after)')\n"
+            "print(any(isinstance(f, OnceAtDebug) for n in NOTICES for f in logging.getLogger(n).filters))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"  # nothing left installed after the call
+    assert "(inside)" in out.stderr and "deprecated (inside)" not in out.stderr
+    assert "another warning (inside)" in out.stderr and "deprecated (after)" in out.stderr
+
+
+def test_loading_a_checkpoints_module_runs_with_the_notices_quieted(monkeypatch):
+    import logging
+
+    from ray.rllib.core.rl_module.rl_module import RLModule
+
+    from rl_zerosync.evaluation import evaluate
+    from rl_zerosync.rundir.ray_notices import OnceAtDebug
+
+    seen = []
+
+    def fake_from_checkpoint(path):
+        seen.append(any(isinstance(f, OnceAtDebug) for f in logging.getLogger("ray._common.deprecation").filters))
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(RLModule, "from_checkpoint", staticmethod(fake_from_checkpoint))
+    ckpt = Path(__file__).parent  # any folder with the module path below it
+    monkeypatch.setattr(evaluate, "MODULE_PATH", Path("."))
+    with pytest.raises(RuntimeError, match="stop here"):
+        evaluate.load_module(ckpt)
+    assert seen == [True]

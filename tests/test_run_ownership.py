@@ -133,6 +133,10 @@ def test_a_finished_run_is_refused_without_resume_or_overwrite(tmp_path):
     line = _error_line(out.stderr)
     assert f"{run_dir} already holds a run (metrics.jsonl, checkpoint/)" in line
     assert "--resume" in line and "--overwrite" in line
+    # the exact commands, this one's arguments with the flag added
+    same = f"rl-zerosync train --config {SMOKE} --set run.dir={tmp_path} --set run.name=r"
+    assert f"  continue it:                        {same} --resume {run_dir}\n" in out.stderr
+    assert f"  start again (its outputs removed):  {same} --overwrite\n" in out.stderr
     assert (run_dir / "metrics.jsonl").read_text() == before and not (run_dir / LOCK_FILE).exists()
     out, _ = _train(tmp_path, "r", "--resume", str(run_dir), "--overwrite")
     assert out.returncode == 2 and "cannot be combined" in _error_line(out.stderr)
@@ -141,6 +145,8 @@ def test_a_finished_run_is_refused_without_resume_or_overwrite(tmp_path):
     out, wall = _train(tmp_path, "s", "--seeds", "0,1", "--processes")
     assert out.returncode == 2 and wall < 10
     assert "seed1 already holds a run" in _error_line(out.stderr) and "--overwrite" in out.stderr
+    assert "continue it:" not in out.stderr  # seeds are not resumed: only the --overwrite command
+    assert "start again (its outputs removed):  rl-zerosync train --config" in out.stderr
     assert not (tmp_path / "s" / "seed0").exists() or not RunDir(tmp_path / "s" / "seed0").outputs()
 
 

@@ -90,13 +90,17 @@ OWN_DATA_CHANGED = ("the run's validation and test segments are cut from the rec
 
 
 def load_module(ckpt: Path):
-    """The trained Q module of a checkpoint, on the CPU, in eval mode."""
+    """The trained Q module of a checkpoint, on the CPU, in eval mode (RLlib's repeated notices while
+    it loads quieted for the call: :func:`rl_zerosync.rundir.ray_notices.notices_quieted`)."""
     from ray.rllib.core.rl_module.rl_module import RLModule
+
+    from rl_zerosync.rundir.ray_notices import notices_quieted
 
     path = ckpt / MODULE_PATH
     if not path.is_dir():
         raise FileNotFoundError(f"{ckpt}: no RLModule at {MODULE_PATH}")
-    module = RLModule.from_checkpoint(str(path.resolve()))
+    with notices_quieted():
+        module = RLModule.from_checkpoint(str(path.resolve()))
     return module.to("cpu").eval()
 
 

@@ -12,7 +12,7 @@ from rl_zerosync.population.lockstep import Population
 from rl_zerosync.population.members import all_member_settings, member_dir
 from rl_zerosync.population.report import leaderboard_lines, population_report, write_report
 from rl_zerosync.population.space import PopulationSettings, describe, parse_population
-from rl_zerosync.rundir.lock import RunDirError
+from rl_zerosync.rundir.lock import RunExistsError
 from rl_zerosync.rundir.progress import Steps, say
 from rl_zerosync.rundir.run_dir import RunDir
 from rl_zerosync.run.train import _Interrupt, init_ray
@@ -26,7 +26,7 @@ def train_population(settings: Settings, overwrite: bool = False) -> dict:
     parent = settings.run_dir
     again = "pass --overwrite to train the population again (a population is not resumed)"
     if not overwrite and (parent / "population.json").is_file():
-        raise RunDirError(f"{parent} already holds a population (population.json); {again}")
+        raise RunExistsError(f"{parent} already holds a population (population.json); {again}", parent)
     with RunDir.claim(parent, overwrite=overwrite, hint=again) as prd:
         from rl_zerosync.population.report import ENSEMBLE_DIR
 

@@ -1,48 +1,9 @@
-"""Quiet Ray's repeated notices in the project's own commands (``rl-zerosync ...``): each is logged
-once at debug level (logger ``rl_zerosync.ray_notices``) instead of as a warning on every command.
-
-Only :func:`quiet_ray_notices` installs anything, and only the CLI and the training loop's Ray
-start call it: importing the library changes no logging for users. What is quieted (logger ->
-message): ``ray._common.deprecation`` (RLlib's deprecation warnings, e.g. ``RLModule(config=...)``),
-``ray.rllib.algorithms.algorithm_config`` ("You are running ... on the new API stack"),
-``ray.tune.utils.util`` ("Install gputil/psutil for ... monitoring"). Every other record, Ray's
-token-authentication notice included, passes unchanged.
-"""
+"""Ray's repeated notices quieted in the commands (:mod:`rl_zerosync.rundir.ray_notices` has the
+filters and the notices they cover). ``rl_zerosync.run.ray_console.quiet_ray_notices`` is the name
+Ray's worker processes run at start-up (``worker_process_setup_hook`` in
+:func:`rl_zerosync.run.train.init_ray`), so the quieting reaches remote runners and learners too."""
 from __future__ import annotations
 
-import logging
+from rl_zerosync.rundir.ray_notices import DEBUG_LOGGER, NOTICES, OnceAtDebug, notices_quieted, quiet_ray_notices
 
-NOTICES = {
-    "ray._common.deprecation": ("DeprecationWarning", "has been deprecated"),
-    "ray.rllib.algorithms.algorithm_config": ("on the new API stack",),
-    "ray.tune.utils.util": ("Install gputil", "Install psutil"),
-}
-"""Logger name -> message fragments of the notices quieted."""
-DEBUG_LOGGER = "rl_zerosync.ray_notices"
-
-
-class OnceAtDebug(logging.Filter):
-    """Drops warnings whose message holds one of ``fragments``; the first of each message is
-    re-logged at debug level on :data:`DEBUG_LOGGER`."""
-
-    def __init__(self, fragments: tuple[str, ...]) -> None:
-        super().__init__()
-        self.fragments = fragments
-        self.seen: set[str] = set()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if record.levelno < logging.WARNING or not any(f in message for f in self.fragments):
-            return True
-        if message not in self.seen:
-            self.seen.add(message)
-            logging.getLogger(DEBUG_LOGGER).debug("%s: %s", record.name, message)
-        return False
-
-
-def quiet_ray_notices() -> None:
-    """Install :class:`OnceAtDebug` on the loggers of :data:`NOTICES` (idempotent; this process only)."""
-    for name, fragments in NOTICES.items():
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, OnceAtDebug) for f in logger.filters):
-            logger.addFilter(OnceAtDebug(fragments))
+__all__ = ["DEBUG_LOGGER", "NOTICES", "OnceAtDebug", "notices_quieted", "quiet_ray_notices"]

@@ -404,7 +404,7 @@ def _label(fold: Mapping[str, Any], k: int) -> str:
 def _fresh_folds(folds_settings, out_dir: Path, overwrite: bool) -> None:
     """A walk without ``resume``: refused (``RunDirError``) when a fold already holds a run or the
     output directory a report, unless ``overwrite``; then every fold and the old report cleared."""
-    from rl_zerosync.rundir.lock import RunDirError
+    from rl_zerosync.rundir.lock import RunExistsError
     from rl_zerosync.rundir.run_dir import RunDir
 
     held = [str(s.run_dir) for s in folds_settings if RunDir(s.run_dir).outputs()]
@@ -412,8 +412,8 @@ def _fresh_folds(folds_settings, out_dir: Path, overwrite: bool) -> None:
     if not overwrite and (held or report.is_file()):
         what = ([f"folds holding a run: {', '.join(held)}"] if held else []) + (
             [f"{report} exists"] if report.is_file() else [])
-        raise RunDirError(f"walk-forward: {'; '.join(what)}; not retraining over them: pass --resume to continue "
-                          "the walk-forward (finished folds reused) or --overwrite to retrain every fold")
+        raise RunExistsError(f"walk-forward: {'; '.join(what)}; not retraining over them: pass --resume to continue "
+                             "the walk-forward (finished folds reused) or --overwrite to retrain every fold", out_dir)
     if overwrite:
         for s in folds_settings:
             if s.run_dir.is_dir():

@@ -18,6 +18,16 @@ class RunDirError(RuntimeError):
     """A run directory this run may not use: another live run holds it, or it holds a finished run."""
 
 
+class RunExistsError(RunDirError):
+    """A directory that already holds a run (a population, a walk-forward's report), refused without
+    ``--resume`` or ``--overwrite``; ``path`` is the directory (the command line prints the exact
+    command to continue it or start it again)."""
+
+    def __init__(self, message: str, path: str | Path) -> None:
+        super().__init__(message)
+        self.path = Path(path)
+
+
 def check_writable_dir(path: str | Path, key: str) -> None:
     """``path`` is, or can be made, a writable directory: its nearest existing ancestor is a directory
     in which a file can be created. :class:`RunDirError` naming ``key`` and the path otherwise (a

@@ -34,7 +34,7 @@ from rl_zerosync.rundir.checkpoints import (
     BEST_DIR, CHECKPOINT_DIR, KEEP_LAST, MARKER, RUN_STATE_FILE, SETTINGS_FILE, CheckpointError,
     checkpoint_candidates, read_run_state, verified_checkpoint, verify_checkpoint, warn,
 )
-from rl_zerosync.rundir.lock import LOCK_FILE, RunDirError, RunLock
+from rl_zerosync.rundir.lock import LOCK_FILE, RunDirError, RunExistsError, RunLock
 
 TB_QUEUE = 1000
 """Events the TensorBoard writer holds before ``add_scalar`` waits for its writer thread."""
@@ -137,8 +137,8 @@ class RunDir:
             found = run_dir.outputs()
             if found and not resume:
                 hint = hint or f"pass --resume {run_dir.path} to continue it or --overwrite to replace it"
-                raise RunDirError(f"{run_dir.path} already holds a run ({', '.join(found)}); "
-                                  f"not appending to it: {hint}")
+                raise RunExistsError(f"{run_dir.path} already holds a run ({', '.join(found)}); "
+                                     f"not appending to it: {hint}", run_dir.path)
         except BaseException:
             run_dir.lock.release()
             raise
