@@ -246,3 +246,9 @@ def test_walk_forward_reports_each_fold_s_decision_and_the_deployed_line(tmp_pat
     assert on_disk["pooled"]["deployed_test_sharpe_ci95"] == [lo, hi]
     with pytest.raises(ValueError, match="deploy margin"):
         walk_forward(from_dict(raw, source="test"), 2, deploy_margin=float("nan"), overwrite=True)
+
+
+def test_the_file_is_one_an_evaluation_directory_may_hold():
+    from rl_zerosync.evaluation.eval_dir import OUTPUT_NAME
+
+    assert OUTPUT_NAME.match(DEPLOY_FILE)  # a second evaluation into the same --out replaces it

@@ -41,7 +41,7 @@ from rl_zerosync.evaluation.calibrated import panel_interval
 DEFAULT_MARGIN = 0.0
 """Sharpe (annualized) by which the agent must beat the best baseline on validation, point estimate and
 the lower bound of the calibrated 95% interval both."""
-DEPLOY_FILE = "deployment_returns.npz"
+DEPLOY_FILE = "returns_deployment.npz"
 """In an evaluation directory: per series the validation returns the decision read (agent, baseline,
 the agent's positions) and the test returns of both candidates and buy-and-hold."""
 RULE = ("deploy the agent when agent - best baseline on validation (mean per-series Sharpe difference, "
