@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rl_zerosync.config.settings import from_dict, to_rllib_config
@@ -47,7 +48,10 @@ def test_member_replicas_are_each_members_own_validation(trained):
     together = validator.validate_population(algos, batched=False)
     batched = validator.validate_population(algos, batched=True)
     for k in range(len(algos)):
-        keys = [key for key in alone[k] if key != "validation_time_s"]
+        nets = "_validation_nets"  # the pass's per-asset returns (kept in the run directory), arrays
+        assert all(np.array_equal(a, b) for a, b in zip(together[k][nets], alone[k][nets])), f"member {k}"
+        assert all(np.allclose(a, b, rtol=1e-4, atol=1e-7) for a, b in zip(batched[k][nets], alone[k][nets]))
+        keys = [key for key in alone[k] if key not in ("validation_time_s", nets)]
         assert {key: together[k][key] for key in keys} == {key: alone[k][key] for key in keys}, f"member {k}"
         for key in keys:
             assert batched[k][key] == pytest.approx(alone[k][key], rel=1e-5, abs=1e-7), (k, key)

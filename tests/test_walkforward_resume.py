@@ -108,8 +108,9 @@ class FakeFolds:
             rng = np.random.default_rng(100 * s.run.seed + i)
             bench = rng.normal(0.0004, 0.01, 120)
             np.savez(out / "returns_test.npz", agent_0=bench + rng.normal(0.0002, 0.004, 120),
-                     best_rule_0=rng.normal(0.0, 0.01, 120), buy_and_hold_0=bench,
-                     trial_sharpes=rng.normal(0.0, 1.0, 53), trials=np.array([51, 2]),
+                     best_rule_0=rng.normal(0.0, 0.01, 120), buy_and_hold_0=bench, position_0=np.sign(bench),
+                     validation_0=rng.normal(0.0003, 0.01, 120), trials=np.array([2.0, 2.0, 0.5, 0.4]),
+                     trials_counted=np.array("2 candidates"), independent=np.array(False),
                      periods_per_year=np.array(252.0))
             report = {"checkpoint_iteration": s.run.iterations, "rule_choice_source": "validation", "overrides": [],
                       "summary": fake_summary(i, s.run.seed)}
