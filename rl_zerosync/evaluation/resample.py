@@ -106,11 +106,6 @@ def weighted_sharpes(w: torch.Tensor, x: torch.Tensor, periods_per_year: float) 
     return torch.where(sd > 0, sr, torch.zeros_like(sr))
 
 
-def sharpes_of(x: torch.Tensor, periods_per_year: float) -> torch.Tensor:
-    """The plain annualized Sharpe of every column of ``x [n, k]`` (``weighted_sharpes`` with weight 1)."""
-    return weighted_sharpes(torch.ones((1, x.shape[0]), dtype=x.dtype, device=x.device), x, periods_per_year)[0]
-
-
 def kernel_variance(diff: np.ndarray, block: float) -> np.ndarray:
     """Hansen's (2005) variance of ``sqrt(t) * mean`` of each column of ``diff [t, k]`` under the
     stationary bootstrap of mean block ``block``: ``gamma_0 + 2 sum_i kappa_i gamma_i`` with

@@ -65,7 +65,7 @@ def _population_evidence(parent: Path, eval_dir: Path, members: int, extra: int 
     import numpy as np
 
     from rl_zerosync.evaluation.calibrated import effective_trials
-    from rl_zerosync.evaluation.evidence import pooled_evidence, read_returns, validation_passes
+    from rl_zerosync.evaluation.evidence import checkpoint_history, pooled_evidence, read_returns, validation_passes
     from rl_zerosync.population.members import member_dir
 
     try:
@@ -79,18 +79,12 @@ def _population_evidence(parent: Path, eval_dir: Path, members: int, extra: int 
         trials["n"], trials["counted"] = n + extra, f"{counted} over {members} member(s)" + (
             f" + {extra} ensemble" if extra else "")
     else:
-        trials["n"] = float(sum(len(checkpoint_history_of(member_dir(parent, k))) or 1 for k in range(members)) + extra)
+        trials["n"] = float(sum(len(checkpoint_history(member_dir(parent, k), "sharpe")[0]) or 1
+                                for k in range(members)) + extra)
         trials["counted"] = (f"every validation pass of {members} member(s) counted as independent (no per-pass "
                              "returns kept: conservative)" + (f" + {extra} ensemble" if extra else ""))
     return pooled_evidence([mine["agent"]], [mine["best_rule"]], [mine["buy_and_hold"]], mine["periods_per_year"],
                            independent=mine["independent"], selections=[trials], positions=mine["position"])
-
-
-def checkpoint_history_of(run_dir: Path) -> list[float]:
-    """A member's validation Sharpes in its ``metrics.jsonl`` (its checkpoints compared)."""
-    from rl_zerosync.evaluation.evidence import checkpoint_history
-
-    return checkpoint_history(run_dir, "sharpe")[0]
 
 
 def _points(pop: PopulationSettings, rows: Sequence[dict], parent: Path) -> list[dict[str, Any]]:
