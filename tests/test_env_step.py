@@ -9,6 +9,7 @@ import torch
 
 from rl_zerosync.actions import encode
 from rl_zerosync.envs import BatchedTradingEnv, EnvParams
+from rl_zerosync.envs.params import REWARD_VOL_FLOOR
 from rl_zerosync.data import MarketData
 from rl_zerosync.envs.core import init_state, make_tables, transition
 from rl_zerosync.data.market import FeatureConfig
@@ -113,6 +114,41 @@ def test_risk_penalty_enters_reward_only():
     assert rows[0]["reward"] == pytest.approx(ref[0]["reward"], rel=1e-5)
     assert rows[0]["reward"] == pytest.approx(100 * (ref[0]["pnl"] - ref[0]["cost"] - 2.0 * VOL**2), rel=1e-5)
     assert float(state.equity) == pytest.approx(1 + ref[0]["pnl"] - ref[0]["cost"], rel=1e-6)
+
+
+def test_turnover_penalty_enters_reward_only():
+    """reward = 100 * (pnl - cost - turnover_penalty * |q|): charged per unit traded, twice for a
+    reversal, nothing while the position holds; fills, costs, PnL and equity untouched."""
+    plain = EnvParams(episode_len=5, window=2, execution_lag=0)
+    params = EnvParams(episode_len=5, window=2, execution_lag=0, turnover_penalty=3e-3)
+    acts = [encode(4, 0, 1), encode(4, 0, 1), encode(0, 0, 1)]  # buy 1, hold, reverse to -1 (|q| = 2)
+    rows, state = run_actions(tiny_market(), params, acts)
+    base, base_state = run_actions(tiny_market(), plain, acts)
+    for got, ref, size in zip(rows, base, (1.0, 0.0, 2.0)):
+        assert (got["q"], got["cost"], got["pnl"]) == (ref["q"], ref["cost"], ref["pnl"])
+        assert got["reward"] == pytest.approx(ref["reward"] - 100 * 3e-3 * size, rel=1e-5, abs=1e-6)
+    assert rows[1]["reward"] == base[1]["reward"]  # holding: no charge
+    assert float(state.equity) == float(base_state.equity)
+
+
+def test_volatility_scaled_reward_is_in_vol_units():
+    """reward_vol_scaled divides the shaped reward by the bar's volatility (here a constant 1%); below
+    REWARD_VOL_FLOOR (1 bp) by the floor."""
+    acts = [encode(4, 0, 1), encode(2, 0, 1)]
+    shaped = dict(episode_len=5, window=2, execution_lag=0, turnover_penalty=1e-3)
+    base, _ = run_actions(tiny_market(), EnvParams(**shaped), acts)
+    scaled, _ = run_actions(tiny_market(), EnvParams(**shaped, reward_vol_scaled=True, reward_scale=1.0), acts)
+    for got, ref in zip(scaled, base):
+        assert got["reward"] == pytest.approx(ref["reward"] / 100 / VOL, rel=1e-5)
+    calm, _ = run_actions(tiny_market(vol=1e-6), EnvParams(**shaped, reward_vol_scaled=True, reward_scale=1.0), acts)
+    assert calm[0]["reward"] == pytest.approx((calm[0]["pnl"] - calm[0]["cost"] - 1e-3) / REWARD_VOL_FLOOR, rel=1e-5)
+
+
+@pytest.mark.parametrize("bad", [{"turnover_penalty": -1e-3}, {"turnover_penalty": float("nan")},
+                                 {"reward_vol_scaled": 1}])
+def test_reward_shaping_keys_checked(bad):
+    with pytest.raises(ValueError, match=f"EnvParams.{next(iter(bad))}"):
+        EnvParams(**bad)
 
 
 def test_monotone_in_urgency_fill_and_cost():

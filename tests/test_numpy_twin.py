@@ -80,10 +80,11 @@ def test_reset_draws_equal_torch(market):
 
 # ---------------------------------------------------------------------------------------------- parity
 def _run_parity(market, fill_mode: str, action_mode: str, *, n: int = 16, steps: int = 700, seed: int = 7,
-                offset: int = 1000, routing=None, lag: int = 0) -> dict:
+                offset: int = 1000, routing=None, lag: int = 0, shaping=None) -> dict:
     routing = dict(routing or {})
     params = EnvParams(episode_len=40, window=8, fill_mode=fill_mode, seed=seed, stop_drawdown=0.05,
-                       risk_penalty=0.3, fee=1e-4, reward_scale=37.3, execution_lag=lag, maker_rebate_bps=0.5 * lag)
+                       risk_penalty=0.3, fee=1e-4, reward_scale=37.3, execution_lag=lag, maker_rebate_bps=0.5 * lag,
+                       **dict(shaping or {}))
     tables = make_tables(market, params)
     state = init_state(market, tables, torch.arange(n, dtype=torch.int64) + offset)
     twins = [NumpyTradingEnv(data=market, env=params, action_mode=action_mode, routing=routing, env_id=offset + i)
@@ -169,6 +170,15 @@ def test_numpy_twin_equals_torch_env_next_bar_without_range(market):
     """Next-bar execution on closes only: MARKET at the next close, passive orders as MARKET."""
     c = _run_parity(market, "stochastic", "flat", n=8, steps=300, lag=1)
     assert c["order_urgency"] == set(range(9)) and not c["unfilled"]
+
+
+@pytest.mark.parametrize("lag", [0, 1])
+@pytest.mark.parametrize("shaping", [{"turnover_penalty": 7e-4}, {"reward_vol_scaled": True},
+                                     {"turnover_penalty": 2e-3, "reward_vol_scaled": True}])
+def test_numpy_twin_equals_torch_env_with_reward_shaping(bars_market, shaping, lag):
+    """The turnover penalty and the volatility-scaled reward: the same rewards in both envs."""
+    c = _run_parity(bars_market, "stochastic", "flat", n=8, steps=300, lag=lag, shaping=shaping)
+    assert c["truncated"] >= 20 and c["order_urgency"] == set(range(9))
 
 
 def test_routed_with_custom_thresholds_equals_torch(market):

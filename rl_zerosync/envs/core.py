@@ -9,7 +9,9 @@ Timing of one step of env ``i`` at bar ``t = start + j`` (``j`` = steps done in 
    ``q = fill * (target - pos)``, ``pos' = pos + q``.
 3. ``cost = |q| * (fee + spread_frac[o, u] * spread_t + impact[o, u] * vol_t * |q|)``;
    ``pnl = pos' * ret[t+1]`` (simple return from the close of ``t`` to the close of ``t+1``);
-   ``risk = risk_penalty * pos'**2 * vol_t**2``; ``reward = reward_scale * (pnl - cost - risk)``.
+   ``risk = risk_penalty * pos'**2 * vol_t**2``; ``reward = reward_scale * (pnl - cost - risk -
+   turnover_penalty * |q|)``, divided by ``max(vol_t, REWARD_VOL_FLOOR)`` with ``reward_vol_scaled``
+   (``vol_t``: EWMA volatility of bars up to ``t``). The last two shape the reward only.
 4. Equity ``E' = max(E * (1 + pnl - cost), 0)``. The env moves to bar ``t+1``; the episode is
    truncated after ``episode_len`` steps and terminated when equity is 0 or the drawdown reaches
    ``stop_drawdown`` (when > 0). Ended envs are reset on the device (``torch.where``) to a new asset
@@ -48,7 +50,7 @@ from rl_zerosync.envs.episode_stats import (
     COMPLETED_INDEX, EP_FIELDS, EP_INDEX, METRICS_SIZE, NUM_COMPLETED,
 )
 from rl_zerosync.data.market import MarketData
-from rl_zerosync.envs.params import EnvParams
+from rl_zerosync.envs.params import REWARD_VOL_FLOOR, EnvParams
 from rl_zerosync.kernels.rng import GOLDEN, MASK32, STREAM_USER_BASE, hash32, random_bits, uniform24
 
 STREAM_RESET = STREAM_USER_BASE + 0
@@ -328,7 +330,12 @@ def transition(
     trade, size, pos, cost, pnl, o, vol_t, _ = execute(data, tables, state, actions, counter)
     net = pnl - cost
     risk = p.risk_penalty * (pos * vol_t).square()
-    reward = p.reward_scale * (net - risk)
+    shaped = net - risk
+    if p.turnover_penalty > 0.0:  # static: 0 keeps the earlier reward bit for bit
+        shaped = shaped - p.turnover_penalty * size
+    reward = p.reward_scale * shaped
+    if p.reward_vol_scaled:
+        reward = reward / vol_t.clamp_min(REWARD_VOL_FLOOR)
     equity = (state.equity * (1.0 + net)).clamp_min(0.0)
     peak = torch.maximum(state.peak, equity)
     dd = 1.0 - equity / peak

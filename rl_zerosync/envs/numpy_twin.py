@@ -3,11 +3,11 @@
 The gymnasium env users get by default under ``"rl_zerosync/Trading-v0"`` (and
 :data:`~rl_zerosync.envs.gym_twin.ENV_ID_IMPORTABLE`): the maths of :mod:`rl_zerosync.envs.core`
 (fills by order type and urgency, same-bar or next-bar execution with passive orders that must
-trade through the next bar's range, costs, impact, PnL, risk penalty, equity, drawdown stop,
-truncation, auto-reset) and its counter-based RNG (:mod:`rl_zerosync.kernels.rng`) reproduced for
-one env, at about 10 us per step instead of the ~1 ms of the torch reference
-:class:`~rl_zerosync.envs.gym_twin.TradingGymEnv` (a batch of one through the torch step function,
-registered as ``"rl_zerosync/TradingTorch-v0"``).
+trade through the next bar's range, costs, impact, PnL, risk penalty, the reward's turnover
+penalty and volatility scaling, equity, drawdown stop, truncation, auto-reset) and its
+counter-based RNG (:mod:`rl_zerosync.kernels.rng`) reproduced for one env, at about 10 us per step
+instead of the ~1 ms of the torch reference :class:`~rl_zerosync.envs.gym_twin.TradingGymEnv` (a
+batch of one through the torch step function, registered as ``"rl_zerosync/TradingTorch-v0"``).
 
 Same constructor keys, spaces, ``reset(seed)`` / ``env_id`` semantics, ``info`` entries and
 ``metrics_vector()`` layout as :class:`~rl_zerosync.envs.gym_twin.TradingGymEnv` (see that module's
@@ -39,13 +39,14 @@ from rl_zerosync.envs.core import STREAM_FILL, STREAM_RESET, make_tables
 from rl_zerosync.envs.episode_stats import ACTION_COUNT_OFFSET, COMPLETED_INDEX, METRICS_SIZE
 from rl_zerosync.envs.gym_twin import observation_space_for, parse_env_config
 from rl_zerosync.data.market import MarketData
-from rl_zerosync.envs.params import EnvParams
+from rl_zerosync.envs.params import REWARD_VOL_FLOOR, EnvParams
 from rl_zerosync.kernels.rng import GOLDEN, HASH_MUL, MASK32, seed_key
 
 __all__ = ["NumpyTradingEnv", "hash32", "combine", "random_bits", "reset_draw", "fill_uniform"]
 
 _F0 = np.float32(0.0)
 _F1 = np.float32(1.0)
+_VOL_FLOOR = np.float32(REWARD_VOL_FLOOR)
 _ENV_STEPS = COMPLETED_INDEX["env_steps"]
 
 
@@ -167,6 +168,8 @@ class NumpyTradingEnv(gym.Env):
         self._fee = np.float32(p.fee)
         self._risk = np.float32(p.risk_penalty)
         self._scale = np.float32(p.reward_scale)
+        self._turnover = np.float32(p.turnover_penalty) if p.turnover_penalty > 0.0 else None
+        self._vol_scaled = p.reward_vol_scaled
         self._stop = np.float32(p.stop_drawdown) if p.stop_drawdown > 0.0 else None
         self._stochastic = p.fill_mode == "stochastic"
         self._k = p.window
@@ -251,7 +254,12 @@ class NumpyTradingEnv(gym.Env):
             pnl = pos * self._ret[asset][t + 1]
         net = pnl - cost
         pv = pos * vol_t
-        reward = self._scale * (net - self._risk * (pv * pv))
+        shaped = net - self._risk * (pv * pv)
+        if self._turnover is not None:
+            shaped = shaped - self._turnover * size
+        reward = self._scale * shaped
+        if self._vol_scaled:
+            reward = reward / (vol_t if vol_t >= _VOL_FLOOR else _VOL_FLOOR)
         equity = self._equity * (_F1 + net)
         if equity < _F0:
             equity = _F0

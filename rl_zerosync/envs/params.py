@@ -10,6 +10,9 @@ urgency, tables indexed ``[o][u]`` with rows MARKET, LIMIT, PASSIVE and columns 
   impact[o][u] * vol_t * |q|)``; ``spread_t`` is the relative spread and ``vol_t`` the EWMA volatility
   at the execution bar. A negative ``spread_frac`` is a rebate (a passive order earning part of the
   spread).
+* The reward (``reward_scale * (pnl - cost - risk penalty - turnover_penalty * |q|)``, divided by
+  the bar's volatility with ``reward_vol_scaled``) is what the agent learns from; equity and every
+  reported return use ``pnl - cost`` only.
 * Higher urgency never fills less nor costs less: each row of ``fill_prob``, ``spread_frac`` and
   ``impact`` must be non-decreasing from LOW to HIGH.
 
@@ -49,6 +52,11 @@ MAX_SEED = 2**64 - 1
 """The largest ``seed``: the counter-based RNG keys seeds in ``[0, 2**64)``."""
 
 
+REWARD_VOL_FLOOR = 1e-4
+"""The smallest divisor of ``reward_vol_scaled`` (a bar volatility of 1 bp): a bar whose volatility
+estimate is below it (a flat start of a series) is scaled as if its volatility were 1 bp."""
+
+
 MAX_ABS_EXPOSURE = 10.0
 """The largest |exposure level| (position as a multiple of equity): beyond 10x a bar's move of 10%
 wipes out the account, and both the agent and buy-and-hold report ruin."""
@@ -78,6 +86,16 @@ class EnvParams:
     """Reward = reward_scale * (position PnL - costs - risk penalty); 100 = reward in percent."""
     risk_penalty: float = 0.0
     """Mean-variance penalty per step: risk_penalty * position**2 * vol_t**2."""
+    turnover_penalty: float = 0.0
+    """Reward-only charge per unit of position traded (fraction of equity, like ``fee``): the reward
+    subtracts turnover_penalty * |q| each step; equity, net returns and every reported metric do not
+    (0: off, the earlier reward bit for bit). Teaches the agent that trading costs more than the
+    costs it pays, e.g. 5e-4 = 5 bps per unit traded."""
+    reward_vol_scaled: bool = False
+    """Divide the step's reward by ``max(vol_t, REWARD_VOL_FLOOR)``, the EWMA volatility of bars up to
+    ``t`` (known before the P&L of bar ``t+1``): P&L in units of the bar's volatility, so calm and wild
+    instruments and periods weigh alike. Rewards then come in volatility units (about 1 for a
+    full position on a one-sigma bar): pair it with ``reward_scale: 1.0``. Off: the earlier reward."""
     stop_drawdown: float = 0.0
     """Terminate an episode when its drawdown from the peak equity reaches this (0 disables)."""
     seed: int = 0
@@ -96,8 +114,9 @@ class EnvParams:
     validation walks and the single-env gymnasium twins ignore it."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.stagger_start, bool):
-            raise ValueError(f"EnvParams.stagger_start: expected true or false, got {self.stagger_start!r}")
+        for name in ("stagger_start", "reward_vol_scaled"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"EnvParams.{name}: expected true or false, got {getattr(self, name)!r}")
         _check_int("episode_len", self.episode_len, 1)
         _check_int("window", self.window, 1)
         _check_int("seed", self.seed, 0, MAX_SEED)
@@ -127,7 +146,7 @@ class EnvParams:
         for o, row in enumerate(self.impact):
             if any(v < 0.0 for v in row):
                 raise ValueError(f"EnvParams.impact[{o}]: expected values >= 0, got {row}")
-        for name in ("fee", "reward_scale", "risk_penalty", "stop_drawdown"):
+        for name in ("fee", "reward_scale", "risk_penalty", "turnover_penalty", "stop_drawdown"):
             value = _check_float(name, getattr(self, name))
             object.__setattr__(self, name, value)
             if value < 0.0:
