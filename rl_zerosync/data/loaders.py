@@ -48,6 +48,7 @@ import numpy as np
 from rl_zerosync.data.market import (
     FeatureConfig, MarketData, build_market, check_log_returns, check_max_abs_log_return,
 )
+from rl_zerosync.data.csv_hints import column_hint, dayfirst_hint, unnamed_dates, unnamed_timestamp_error
 from rl_zerosync.data.periods import check_periods_per_year, periods_per_year_report
 
 COLUMN_KEYS = ("timestamp", "open", "high", "low", "close", "bid", "ask")
@@ -273,9 +274,8 @@ def _resolve_columns(where: str, frame, mapping: Mapping[str, str]) -> dict[str,
     for key in COLUMN_KEYS:
         if key in mapping:
             if mapping[key] not in frame.columns:
-                raise ValueError(
-                    f"{where}: missing column {mapping[key]!r} (data.columns.{key}); found columns {list(frame.columns)}"
-                )
+                raise ValueError(f"{where}: missing column {mapping[key]!r} (data.columns.{key}); found columns "
+                                 f"{list(frame.columns)}{column_hint(frame, mapping, key)}")
             cols[key] = mapping[key]
             continue
         for cand in _AUTO_NAMES.get(key, (key,)):
@@ -284,6 +284,8 @@ def _resolve_columns(where: str, frame, mapping: Mapping[str, str]) -> dict[str,
                 break
     if "close" not in cols:
         raise ValueError(f"{where}: missing column 'close' (set data.columns.close); found columns {list(frame.columns)}")
+    if "timestamp" not in cols and unnamed_dates(frame):  # read without them, the bars would have no dates
+        raise ValueError(unnamed_timestamp_error(where, frame.columns))
     return cols
 
 
@@ -486,7 +488,8 @@ def parse_timestamps(where: str, raw, rows, timestamp_format, dayfirst, unit=Non
     nat = np.isnat(ts)
     if nat.any():
         i = int(np.argmax(nat))
-        raise ValueError(f"{where}, row {rows[i]}: cannot parse timestamp {raw.iloc[i]!r}")
+        raise ValueError(f"{where}, row {rows[i]}: cannot parse timestamp {raw.iloc[i]!r}"
+                         f"{dayfirst_hint(raw, timestamp_format, dayfirst)}")
     _check_order(where, ts, raw, rows)
     return ts
 
