@@ -176,7 +176,8 @@ class OracleWalk:
         v, a, dev = len(self.variants), data.num_assets, data.device
         if hidden.z.shape != (a, data.num_bars):
             raise ValueError(f"oracle: hidden state of shape {hidden.z.shape}, market of ({a}, {data.num_bars})")
-        self.walk = SegmentWalk(data, params, replicas=v, routing=routing or {}, chunk=chunk, graph=graph)
+        self.walk = SegmentWalk(data, params, replicas=v, routing=routing or {}, chunk=chunk, graph=graph,
+                                 observe=False)  # the filter reads the walk state only
         x, c = signals(hidden, data, params)
         self._x = torch.tensor(x, dtype=torch.float32, device=dev).reshape(-1)
         self._c = torch.tensor(c, dtype=torch.float32, device=dev).reshape(-1)
@@ -187,7 +188,7 @@ class OracleWalk:
         self._band = per(lambda x: x.band)[:, None]
         self._levels = torch.tensor(params.exposure_levels, dtype=torch.float32, device=dev)[None, :]
 
-    def _act(self, obs: torch.Tensor, state: WalkState) -> torch.Tensor:
+    def _act(self, obs: Optional[torch.Tensor], state: WalkState) -> torch.Tensor:
         idx = state.asset * self._width + state.t
         x, c = self._x[idx][:, None], self._c[idx][:, None]
         q = self._levels

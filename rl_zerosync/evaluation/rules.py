@@ -74,7 +74,8 @@ class RuleWalk:
         per_variant = lambda x: None if x is None else torch.tensor(list(x)).repeat_interleave(a)  # noqa: E731
         self.walk = SegmentWalk(data, params, replicas=v, routing=routing or {}, route_mask=route_mask,
                                 chunk=chunk, graph=graph, cost_scale=per_variant(cost_scale),
-                                force_market=per_variant(force_market))  # one whole walk per variant: no splits
+                                force_market=per_variant(force_market),
+                                observe=False)  # one whole walk per variant: no splits; rules read the state
         levels = params.exposure_levels
         self._long, self._short = int(np.argmax(levels)), int(np.argmin(levels))
         self._levels = torch.tensor(levels, dtype=torch.float32, device=dev)
@@ -88,7 +89,7 @@ class RuleWalk:
         self._csum = torch.cat((zero, data.ret_norm.to(torch.float64).cumsum(1)), 1)  # csum[:, t+1] = sum 0..t
         self._width = self._csum.shape[1]
 
-    def _act(self, obs: torch.Tensor, state: WalkState) -> torch.Tensor:
+    def _act(self, obs: Optional[torch.Tensor], state: WalkState) -> torch.Tensor:
         row = state.asset * self._width
         hi = row + state.t + 1
         lo = row + (state.t + 1 - self._lookback).clamp_min(0)

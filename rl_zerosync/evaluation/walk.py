@@ -52,8 +52,9 @@ class WalkState:
     counter: torch.Tensor  # i64[1] RNG step of stochastic fills
 
 
-ActFn = Callable[[torch.Tensor, WalkState], torch.Tensor]
-"""(obs f32[E, D], state) -> actions i64[E]: factored (0..44) or exposures (0..4) when routed."""
+ActFn = Callable[[Optional[torch.Tensor], WalkState], torch.Tensor]
+"""(obs f32[E, D] or None, state) -> actions i64[E]: factored (0..44) or exposures (0..4) when
+routed; obs is None in a walk built with ``observe=False``."""
 
 
 class SegmentWalk:
@@ -74,13 +75,15 @@ class SegmentWalk:
         force_market: bool[E] (optional): those envs execute every order as MARKET (same urgency).
         replica_ids: Every replica's envs take replica 0's env ids (a population's members walking
             the same segment: replica k is the one-replica walk of member k); default: distinct ids.
+        observe: Build each step's observation for ``act`` (default True); False hands ``act``
+            None, for policies that read only the walk state (rules, the oracle).
     """
 
     def __init__(self, data: MarketData, params: EnvParams, *, replicas: int = 1,
                  routing: Optional[Mapping[str, float]] = None, route_mask: Optional[torch.Tensor] = None,
                  chunk: int = 64, graph: bool = True, split_bars: int = 0, split_warmup: int = 128,
                  cost_scale: Optional[torch.Tensor] = None, force_market: Optional[torch.Tensor] = None,
-                 replica_ids: bool = False) -> None:
+                 replica_ids: bool = False, observe: bool = True) -> None:
         for name, v, lo in (("replicas", replicas, 1), ("chunk", chunk, 1), ("split_bars", split_bars, 0),
                             ("split_warmup", split_warmup, 0)):
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
@@ -145,6 +148,9 @@ class SegmentWalk:
             self.route_fn = route
         self.use_graph = bool(graph and dev.type == "cuda")
         self._graphs: dict = {}
+        # A policy that reads only the walk state (rules, the oracle) is handed no observation:
+        # the window gather is most of a walk step's work on a CPU.
+        self._observe = bool(observe)
 
     def captured(self, key: object) -> bool:
         """Whether a CUDA graph of the walk was captured for ``key`` (by :meth:`run`)."""
@@ -177,7 +183,8 @@ class SegmentWalk:
         st = WalkState(env_id=s.env_id, asset=s.asset, t=s.t, step=s.step, pos=s.pos, counter=s.counter)
         with torch.no_grad():
             for _ in range(self.chunk):
-                actions = act(observe(data, tables, st), st).to(torch.int64).reshape(self.num_envs)
+                obs = observe(data, tables, st) if self._observe else None
+                actions = act(obs, st).to(torch.int64).reshape(self.num_envs)
                 self.bad.add_(((actions < 0) | (actions >= n_actions)).any().to(torch.int64))
                 # Kept in range so the step can index its tables; the walk raises at the end.
                 actions = actions.clamp(0, n_actions - 1)
