@@ -471,7 +471,9 @@ class ZeroSyncDQN(DQN):
 
         return _values(self.learner_group.foreach_learner(train_and_read))
 
-    def _sync_weights(self) -> None:
+    def sync_runner_weights(self) -> None:
+        """The env runners act with the learner's weights from now on (the end of every trained
+        iteration; also after the learner's weights were changed from outside, e.g. a PBT copy)."""
         runner = self._same_process_runner()
         if runner is not None:
             # Same process: device-to-device copy into the runner's module, in place.
@@ -577,7 +579,7 @@ class ZeroSyncDQN(DQN):
         self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
         self.metrics.log_value(NUM_UPDATES_PER_ITERATION, k, window=1)
         with self._phase("sync_weights", SYNCH_WORKER_WEIGHTS_TIMER):
-            self._sync_weights()
+            self.sync_runner_weights()
 
     def _updates(self, env_steps: int, has_data: bool) -> int:
         """K for ``env_steps`` new env steps (``replay_ratio`` over the batch of all learners), or 0

@@ -195,7 +195,8 @@ def test_pbt_copies_weights_and_adam_state_from_top_to_bottom(tmp_path):
             flat.step_count.fill_(10.0 * k)
             loop.result["eval"] = {"validation_sharpe": [0.5, 2.0, -1.0, 1.0][k]}  # top: 1, bottom: 2
         lr_top = float(_learner(loops[1]).optimizer.param_groups[0]["lr"])
-        lines = population.pbt.exploit_explore(LocalMembers(loops), population.values(), passes=1, iteration=4)
+        lines = population.pbt.exploit_explore(LocalMembers(population.members), population.values(), passes=1,
+                                               iteration=4)
         dst = _learner(loops[2]).flat_adam
         assert torch.all(dst.flat_params == 2.0) and torch.all(dst.exp_avg == 2.0) and torch.all(dst.exp_avg_sq == 2.0)
         assert float(dst.step_count) == 10.0
@@ -207,6 +208,11 @@ def test_pbt_copies_weights_and_adam_state_from_top_to_bottom(tmp_path):
                                            "source_validation": 2.0, "lr_before": pytest.approx(1e-3),
                                            "lr_after": pytest.approx(lr)}]}
         assert lines and "member2" in lines[0] and "member1" in lines[0]
+        # the table holds the new lr, its history the change (the member's optimizer carries it too)
+        assert population.hyperparameters.get(2, "algo.lr") == lr == population.members[2].lr
+        assert population.hyperparameters.history == [{"member": 2, "key": "algo.lr", "before": pytest.approx(1e-3),
+                                                       "after": lr, "copied_from": 1, "reason": "pbt",
+                                                       "pbt_pass": 1, "iteration": 4}]
         population.step()  # the copied member trains on with its new lr (the kernel was rebound)
         assert torch.isfinite(dst.flat_params).all()
 

@@ -167,6 +167,55 @@ def test_per_member_hyperparameters_follow_a_changed_lr():
     torch.testing.assert_close(state(bat[0])["params"], state(ref[0])["params"], rtol=1e-4, atol=2e-5)
 
 
+class CountingGraph:
+    """Stands in for the CUDA graph of a population update on the CPU: runs the update eagerly and counts
+    captures as ``GraphedUpdate`` makes them (the first call, and the first call after a ``reset``)."""
+
+    def __init__(self, fn) -> None:
+        self.fn, self.captures, self.captured = fn, 0, False
+
+    def reset(self) -> None:
+        self.captured = False
+
+    def __call__(self) -> None:
+        if not self.captured:
+            self.captures, self.captured = self.captures + 1, True
+        self.fn()
+
+
+@pytest.mark.parametrize("mode", ["batched", "per_member"])
+def test_a_pbt_lr_change_captures_no_new_graph_in_batched_mode(mode):
+    """The batched update reads the members' hyperparameters from ``[P, 1]`` rows written in place: a
+    changed lr keeps the captured graph (1 capture) and still reaches the update (its parameters follow
+    the per-member reference); per_member's kernels bind the lr as a number, so it is captured again."""
+    ref = [build(m) for m in MEMBERS]
+    learners = [build(m) for m in MEMBERS]
+    runs = [(ref, "per_member", False), (learners, mode, True)]
+    graphs = []
+
+    def counting(fn):  # the CPU has no CUDA graph: count what would be captured
+        graphs.append(CountingGraph(fn))
+        return graphs[-1]
+
+    for group, way, counted in runs:
+        update = PopulationUpdate(group, mode=way, graph=counting if counted else None)
+        fill(group, seed=0)
+        update.train([UPDATES] * 3)
+        rows_before = update.hyperparameter_rows.lr if way == "batched" else None
+        group[0].set_lr(7e-3)
+        fill(group, seed=1)
+        update.train([UPDATES] * 3)
+    (graph,) = graphs
+    assert graph.captures == (1 if mode == "batched" else 2)
+    assert update.graph_captures == graph.captures
+    if mode == "batched":
+        rows = update.hyperparameter_rows
+        assert rows.lr is rows_before and float(rows.lr[0]) == pytest.approx(7e-3)
+    tol = {"rtol": 1e-4, "atol": 2e-5} if mode == "batched" else {"rtol": 0, "atol": 0}
+    torch.testing.assert_close(state(learners[0])["params"], state(ref[0])["params"], **tol)
+    assert not torch.equal(state(learners[0])["params"], state(learners[1])["params"])
+
+
 def test_named_errors():
     learners = [build(m) for m in MEMBERS[:2]]
     with pytest.raises(ValueError, match="population.update must be one of"):

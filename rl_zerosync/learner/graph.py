@@ -50,6 +50,8 @@ class GraphedUpdate:
         self._side: Optional[torch.cuda.Stream] = stream
         self.capture_error_mode = capture_error_mode
         self._blocks: dict = {}  # n -> graph of n updates
+        self.captures = 0
+        """Graphs captured so far (the one-update graph and every block graph, again after a :meth:`reset`)."""
 
     @property
     def captured(self) -> bool:
@@ -82,6 +84,7 @@ class GraphedUpdate:
         with torch.cuda.graph(graph, stream=self._side, capture_error_mode=self.capture_error_mode):
             self.fn()
         self.graph = graph
+        self.captures += 1
         graph.replay()
 
     def block(self, n: int) -> None:
@@ -96,4 +99,5 @@ class GraphedUpdate:
                 for _ in range(n):
                     self.fn()
             self._blocks[n] = graph
+            self.captures += 1
         graph.replay()

@@ -88,9 +88,13 @@ class PopulationUpdate:
         learners: The members' :class:`~rl_zerosync.learner.dqn_learner.ZeroSyncDQNTorchLearner`, in
             member order; one device, one network shape and batch size.
         mode: One of :data:`UPDATE_MODES`.
+        graph: ``update -> wrapper`` replacing the CUDA graph of the update (:class:`GraphedUpdate`'s
+            interface: call, ``reset``, ``captured``, ``captures``), e.g. a stand-in that counts captures on
+            a CPU; default: a ``GraphedUpdate`` on CUDA with ``learner.graph``, else none.
     """
 
-    def __init__(self, learners: Sequence, mode: str = "auto") -> None:
+    def __init__(self, learners: Sequence, mode: str = "auto", *,
+                 graph: Optional[Callable[[Callable[[], None]], object]] = None) -> None:
         if mode not in UPDATE_MODES:
             raise ValueError(f"population.update must be one of {list(UPDATE_MODES)}, got {mode!r}")
         if not learners:
@@ -115,10 +119,12 @@ class PopulationUpdate:
         self._adopt(numel.pop(), words.pop(), batch.pop())
         self._batched: Optional[SimpleNamespace] = None
         self._hparams_key: Optional[tuple] = None
+        self._hp: Optional[SimpleNamespace] = None  # batched: the members' hyperparameters, [P, 1] each
         fn: Callable[[], None] = self._batched_update if mode == "batched" else self._per_member_update
         self._fn = fn
         use_graph = self.device.type == "cuda" and all(learner.settings.graph for learner in self.learners)
-        self._graphed = (GraphedUpdate(fn, warmup=max(learner.settings.graph_warmup for learner in self.learners),
+        self._graphed = (graph(fn) if graph is not None else
+                         GraphedUpdate(fn, warmup=max(learner.settings.graph_warmup for learner in self.learners),
                                        before_capture=self._before_capture) if use_graph else None)
         self._pack = torch.zeros((self.size, PACK.size), dtype=torch.float64, device=self.device)
         self._readback = AsyncReadback(self.size * PACK.size, torch.float64, self.device)
@@ -146,6 +152,20 @@ class PopulationUpdate:
     def disable_graph(self) -> None:
         """Run the population updates eagerly from now on (profiling, comparisons): the same updates."""
         self._graphed = None
+
+    @property
+    def hyperparameter_rows(self) -> Optional[SimpleNamespace]:
+        """``batched``: the ``[P, 1]`` device tensors of the members' hyperparameters the update reads
+        (``lr``, ``beta1``, ``beta2``, ``eps``, ``c1``, ``c2``, ``decay``, ``clip``, ``use_clip``,
+        ``loss_clip``, ``collapse``, ``div_threshold``, ``patience``), the same tensors for the
+        population's life; None before the first update and with ``per_member``."""
+        return self._hp
+
+    @property
+    def graph_captures(self) -> int:
+        """CUDA graphs captured for the population update so far (0 without a graph): 1 once captured; a
+        PBT step adds none with ``batched`` (the hyperparameter rows are written in place)."""
+        return self._graphed.captures if self._graphed is not None else 0
 
     @property
     def graph_captured(self) -> bool:
@@ -187,37 +207,44 @@ class PopulationUpdate:
                                double_q=first.settings.double_q, loss_type=first.settings.loss)
 
     def _hparams(self) -> None:
-        """When a member's optimizer hyperparameters changed (e.g. PBT's lr) or on first use: the batched
-        update's ``[P, 1]`` tensors made again, and a captured graph (which baked in the old ones) dropped."""
+        """On first use, or when a member's optimizer hyperparameters changed (PBT's lr through the
+        member's learner): ``batched`` writes the ``[P, 1]`` rows it reads in place (a captured graph reads
+        them by address: it stays valid, nothing is captured again); ``per_member`` runs each member's own
+        ``adam_step``, whose launch binds its lr as a number, so its captured graph is dropped and
+        captured again after its warm-up."""
         hps = [learner.flat_adam.hyperparameters for learner in self.learners]
         key = tuple(tuple(sorted(h.items())) for h in hps)
         if key == self._hparams_key:
             return
-        if self._graphed is not None:
-            self._graphed.reset()
+        first_use = self._hparams_key is None
         self._hparams_key = key
         if self.mode == "batched":
-            self._hparam_tensors(hps)
+            self._hparam_rows(hps)
+        elif not first_use and self._graphed is not None:
+            self._graphed.reset()
 
-    def _hparam_tensors(self, hps: List[dict]) -> None:
-        """Every member's hyperparameters as ``[P, 1]`` tensors on the device."""
+    def _hparam_rows(self, hps: List[dict]) -> None:
+        """Every member's optimizer hyperparameters as ``[P, 1]`` tensors on the device: allocated once,
+        then written in place (the batched update and its captured graph read these very tensors)."""
         settings = [learner.settings for learner in self.learners]
-        dev = self.device
-
-        def col(values, dtype=torch.float32) -> torch.Tensor:
-            return torch.tensor(values, dtype=dtype, device=dev).reshape(-1, 1)
-
         consts = [derived_constants(h["lr"], h["beta1"], h["beta2"], h["weight_decay"]) for h in hps]
-        self._hp = SimpleNamespace(
-            lr=col([h["lr"] for h in hps]), beta1=col([h["beta1"] for h in hps]), beta2=col([h["beta2"] for h in hps]),
-            eps=col([h["eps"] for h in hps]), c1=col([c[0] for c in consts]), c2=col([c[1] for c in consts]),
-            decay=col([c[2] for c in consts]),
-            clip=col([h["grad_clip"] if h["grad_clip"] is not None else 1.0 for h in hps]),
-            use_clip=col([h["grad_clip"] is not None for h in hps], torch.bool),
-            loss_clip=col([float(s.loss_clip) for s in settings]),
-            collapse=col([learner.guard.collapse_threshold for learner in self.learners]),
-            div_threshold=col([float(s.divergence_threshold) for s in settings]),
-            patience=col([int(s.divergence_patience) for s in settings], torch.int32))
+        columns = {
+            "lr": ([h["lr"] for h in hps], torch.float32), "beta1": ([h["beta1"] for h in hps], torch.float32),
+            "beta2": ([h["beta2"] for h in hps], torch.float32), "eps": ([h["eps"] for h in hps], torch.float32),
+            "c1": ([c[0] for c in consts], torch.float32), "c2": ([c[1] for c in consts], torch.float32),
+            "decay": ([c[2] for c in consts], torch.float32),
+            "clip": ([h["grad_clip"] if h["grad_clip"] is not None else 1.0 for h in hps], torch.float32),
+            "use_clip": ([h["grad_clip"] is not None for h in hps], torch.bool),
+            "loss_clip": ([float(s.loss_clip) for s in settings], torch.float32),
+            "collapse": ([learner.guard.collapse_threshold for learner in self.learners], torch.float32),
+            "div_threshold": ([float(s.divergence_threshold) for s in settings], torch.float32),
+            "patience": ([int(s.divergence_patience) for s in settings], torch.int32)}
+        host = {name: torch.tensor(values, dtype=dtype).reshape(-1, 1) for name, (values, dtype) in columns.items()}
+        if self._hp is None:
+            self._hp = SimpleNamespace(**{name: col.to(self.device) for name, col in host.items()})
+            return
+        for name, col in host.items():
+            getattr(self._hp, name).copy_(col)  # in place: the same device tensors, new values
 
     def _batched_update(self) -> None:
         """Sample every member's batch, then update every member at once (no host read)."""

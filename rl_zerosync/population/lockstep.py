@@ -52,12 +52,19 @@ class Population:
 
     def __init__(self, settings: Settings, pop: PopulationSettings, members: list[Settings],
                  stack: contextlib.ExitStack, indices: list[int] | None = None) -> None:
+        from rl_zerosync.population.hyperparameters import HyperparameterTable
+        from rl_zerosync.population.member import Member
         from rl_zerosync.population.pbt import Pbt
 
+        t_build = time.perf_counter()
         self.settings, self.pop, self.parent = settings, pop, settings.run_dir
         self.indices = list(range(pop.size)) if indices is None else list(indices)
         self.metric = settings.run.eval_metric
         self.loops = _build(members, pop, stack)
+        self.hyperparameters = HyperparameterTable(members)
+        """The members' searchable hyperparameters, one typed ``[P]`` table (PBT writes it)."""
+        self.members = [Member(loop, slot, self.hyperparameters) for slot, loop in enumerate(self.loops)]
+        """Each member as PBT and the shards touch it (:class:`~rl_zerosync.population.member.Member`)."""
         self.update, why = _population_update(self.loops, pop.update)
         self.rollout, why_rollout = _population_rollout(self.loops, pop.rollout, self.update)
         self._readback = None  # (the rollouts it reads, PopulationReadback)
@@ -75,6 +82,7 @@ class Population:
         self.pbt = Pbt(pop, self.metric) if pop.pbt_every else None
         self.passes = 0
         self._t0 = time.perf_counter()
+        self.timing["build_s"] = self._t0 - t_build
 
     @property
     def rollouts_read_together(self) -> bool:
@@ -150,8 +158,14 @@ class Population:
         return {id(loop): ev for loop, ev in zip(due, evs)}
 
     def timing_summary(self) -> dict:
-        """``population.json``'s ``timing``: :attr:`timing` with the training rates and a one-line summary."""
-        return summarize_timing(dict(self.timing))
+        """``population.json``'s ``timing``: :attr:`timing` with the training rates, the CUDA graphs the
+        population update captured (``graph_captures``) and a one-line summary."""
+        return summarize_timing({**self.timing, "graph_captures": self.graph_captures})
+
+    @property
+    def graph_captures(self) -> int:
+        """CUDA graphs the population update captured so far (a PBT step with ``batched`` adds none)."""
+        return self.update.graph_captures if self.update is not None else 0
 
     def values(self) -> list:
         """This iteration's validation metric per member here (None: it did not validate)."""
@@ -172,7 +186,7 @@ class Population:
             values = self.values()
             lines.append(pass_line(self.iteration, self.settings.run.iterations, values, self.metric, self._t0))
             if self.pbt is not None and self.passes % self.pop.pbt_every == 0:
-                lines += self.pbt.exploit_explore(LocalMembers(self.loops), values, self.passes, self.iteration)
+                lines += self.pbt.exploit_explore(LocalMembers(self.members), values, self.passes, self.iteration)
         for line in lines:
             print(line, flush=True)
         return lines
@@ -205,22 +219,25 @@ class Population:
                 for k, loop in zip(self.indices, self.loops)]
 
 
-TIMING_KEYS = ("iterations", "sample_add_s", "update_s", "train_rest_s", "validation_s", "logs_checkpoints_s",
-               "env_steps", "member_updates")
+TIMING_KEYS = ("build_s", "iterations", "sample_add_s", "update_s", "train_rest_s", "validation_s",
+               "logs_checkpoints_s", "env_steps", "member_updates")
 
 
 def summarize_timing(timing: dict) -> dict:
-    """``timing`` (wall seconds by part, summed over iterations; ``iteration_train_s``: each iteration's
-    sampling, adding and training seconds; env steps; member updates) plus ``training_s`` (every part
+    """``timing`` (``build_s``: seconds to build the members, their population update and rollout; wall
+    seconds by part, summed over iterations; ``iteration_train_s``: each iteration's sampling, adding and
+    training seconds; env steps; member updates; ``graph_captures``) plus ``training_s`` (every part
     but validation and logs/checkpoints), ``env_steps_per_s`` (env steps / training_s) and ``line``."""
     out = dict(timing)
     train = sum(timing.get(k, 0.0) for k in ("sample_add_s", "update_s", "train_rest_s"))
     out["training_s"] = train
     out["env_steps_per_s"] = timing.get("env_steps", 0) / train if train > 0 else None
     rate = f"{out['env_steps_per_s']:,.0f} env steps/s with training" if out["env_steps_per_s"] else "no training"
-    out["line"] = (f"population timing: {int(timing.get('iterations', 0))} iterations, training {train:.1f} s "
+    out["line"] = (f"population timing: build {timing.get('build_s', 0.0):.1f} s, "
+                   f"{int(timing.get('iterations', 0))} iterations, training {train:.1f} s "
                    f"({rate}; sample+add {timing.get('sample_add_s', 0.0):.1f} s, updates "
-                   f"{timing.get('update_s', 0.0):.1f} s), validation {timing.get('validation_s', 0.0):.1f} s")
+                   f"{timing.get('update_s', 0.0):.1f} s), validation {timing.get('validation_s', 0.0):.1f} s, "
+                   f"{int(timing.get('graph_captures', 0))} graph capture(s)")
     return out
 
 

@@ -5,8 +5,9 @@ metric (a NaN ranks last; ties by member index). Each of the bottom ``n = max(1,
 * P))`` members copies, from a top-``n`` member drawn at random, its trained network, its target
 network and its Adam state (moments and step count): device-to-device copies of the learner's flat
 buffers, no host round trip. It keeps its own replay, env runner state, seed and best checkpoint.
-Then its learning rate is the source's times 0.8 or 1.2 (drawn), and the env runner gets the new
-weights. Every copy is a lineage entry of the member that received it (``population.json``).
+Then its learning rate is the source's times 0.8 or 1.2 (drawn; written into the population's
+hyperparameter table and read in place by its batched update: no CUDA graph is captured again), and
+the env runner gets the new weights. Every copy is a lineage entry of the member that received it (``population.json``).
 
 The draws come from one generator seeded with ``population.search_seed`` and the pass number, so a
 population with PBT is as repeatable as one without.
@@ -71,20 +72,18 @@ def rank(values: Sequence[float | None]) -> list[int]:
 
 
 class LocalMembers:
-    """PBT's view of members whose loops live in this process."""
+    """PBT's view of members held in this process (:class:`~rl_zerosync.population.member.Member`)."""
 
-    def __init__(self, loops: list) -> None:
-        self.loops = loops
+    def __init__(self, members: list) -> None:
+        self.members = members
 
     def lr(self, k: int) -> float:
-        return float(self.loops[k].algo.local_learner.optimizer.param_groups[0]["lr"])
+        return self.members[k].lr
 
-    def copy(self, dst: int, src: int, lr: float) -> None:
+    def copy(self, dst: int, src: int, lr: float, **why) -> None:
         """Member ``dst`` takes member ``src``'s networks and Adam state and the learning rate ``lr``."""
-        learner = self.loops[dst].algo.local_learner
-        copy_member(learner, self.loops[src].algo.local_learner)
-        learner.set_lr(lr)  # also drops a captured update graph: it is captured again
-        self.loops[dst].algo._sync_weights()  # noqa: SLF001 - the runner acts with the copied network
+        self.members[dst].copy_from(self.members[src])
+        self.members[dst].set_hyperparameter("algo.lr", lr, copied_from=src, **why)
 
 
 class Pbt:
@@ -108,7 +107,7 @@ class Pbt:
             src = int(top[int(rng.integers(len(top)))])
             factor = float(PERTURB[int(rng.integers(len(PERTURB)))])
             lr_src, lr_old = members.lr(src), members.lr(dst)
-            members.copy(dst, src, lr_src * factor)
+            members.copy(dst, src, lr_src * factor, reason="pbt", pbt_pass=int(passes), iteration=int(iteration))
             self.lineage.setdefault(dst, []).append({
                 "pass": int(passes), "iteration": int(iteration), "copied_from": src,
                 "validation": values[dst], "source_validation": values[src],

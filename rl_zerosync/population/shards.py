@@ -60,32 +60,26 @@ class _Shard:
                 "iteration": self.population.iteration}
 
     def timing(self) -> dict:
-        return dict(self.population.timing)
+        return {**self.population.timing, "graph_captures": self.population.graph_captures}
 
-    def _loop(self, k: int):
-        return self.population.loops[self.index[k]]
+    def _member(self, k: int):
+        return self.population.members[self.index[k]]
 
     def lr(self, k: int) -> float:
-        return float(self._loop(k).algo.local_learner.optimizer.param_groups[0]["lr"])
+        return self._member(k).lr
 
     def member_state(self, k: int) -> list:
-        from rl_zerosync.population.pbt import member_state
+        return self._member(k).state()
 
-        return member_state(self._loop(k).algo.local_learner)
+    def load_member_state(self, k: int, state: list, lr: float, why: dict) -> None:
+        member = self._member(k)
+        member.load_state(state)
+        member.set_hyperparameter("algo.lr", lr, **why)
 
-    def load_member_state(self, k: int, state: list, lr: float) -> None:
-        from rl_zerosync.population.pbt import load_member_state
-
-        loop = self._loop(k)
-        load_member_state(loop.algo.local_learner, state)
-        loop.algo.local_learner.set_lr(lr)
-        loop.algo._sync_weights()  # noqa: SLF001 - the runner acts with the copied network
-
-    def copy_within(self, dst: int, src: int, lr: float) -> None:
+    def copy_within(self, dst: int, src: int, lr: float, why: dict) -> None:
         from rl_zerosync.population.pbt import LocalMembers
 
-        loops = self.population.loops
-        LocalMembers(loops).copy(self.index[dst], self.index[src], lr)
+        LocalMembers(self.population.members).copy(self.index[dst], self.index[src], lr, **why)
 
     def save(self) -> None:
         self.population.save()
@@ -119,12 +113,13 @@ class ShardMembers:
     def lr(self, k: int) -> float:
         return ray.get(self.shards[self.where[k]].lr.remote(k))
 
-    def copy(self, dst: int, src: int, lr: float) -> None:
+    def copy(self, dst: int, src: int, lr: float, **why) -> None:
         a, b = self.shards[self.where[dst]], self.shards[self.where[src]]
         if a is b:
-            ray.get(a.copy_within.remote(dst, src, lr))
+            ray.get(a.copy_within.remote(dst, src, lr, why))
             return
-        ray.get(a.load_member_state.remote(dst, b.member_state.remote(src), lr))  # via the object store
+        # via the object store
+        ray.get(a.load_member_state.remote(dst, b.member_state.remote(src), lr, {"copied_from": src, **why}))
 
 
 def _shard_options(settings: Settings, shards: int) -> dict:
