@@ -186,6 +186,30 @@ def test_overlap_warning_for_a_file_inside_the_training_period(run, capsys):
     assert "1 warning(s)" in stdout
 
 
+def test_overlap_compares_assets_as_well_as_dates(run, capsys):
+    """Another asset over the training dates is out of sample (no warning); a renamed copy of the
+    training file is the trained asset (matched by its SHA-256) and warns."""
+    other = run["tmp"] / "other.csv"
+    _prices(N_ROWS, seed=1).to_csv(other, index=False)  # same dates and columns, another instrument
+    out = run["tmp"] / "ev_other"
+    rc, stdout, err = _evaluate(capsys, "--checkpoint", str(run["dir"]), "--data", str(other), "--out", str(out))
+    assert rc == 0, err
+    overlap = json.loads((out / "metrics.json").read_text())["overlap"]
+    assert overlap["checked"] and overlap["compared"].startswith("assets")
+    assert overlap["overlapping_bars"] == 0 and overlap["assets"] == {"other": {"trained_on": False,
+                                                                                "overlapping_bars": 0}}
+    assert "out of sample by asset" in overlap["note"] and "warning:" not in err and "warning(s)" not in stdout
+    copy = run["tmp"] / "renamed.csv"
+    copy.write_bytes(run["csv"].read_bytes())
+    out = run["tmp"] / "ev_copy"
+    rc, stdout, err = _evaluate(capsys, "--checkpoint", str(run["dir"]), "--data", str(copy), "--out", str(out))
+    assert rc == 0, err
+    overlap = json.loads((out / "metrics.json").read_text())["overlap"]
+    entry = overlap["assets"]["renamed"]
+    assert entry["trained_on"] and entry["matched_by"] == "file SHA-256" and entry["overlapping_bars"] > 0
+    assert "for asset(s) the run trained on (renamed: " in err and "1 warning(s)" in stdout
+
+
 def test_only_data_settings_with_a_checkpoint(run, capsys):
     out = run["tmp"] / "ev_bad"
     rc, stdout, err = _evaluate(capsys, "--checkpoint", str(run["dir"]), "--out", str(out), "--set", "run.x=1")

@@ -62,14 +62,14 @@ A run's own segments (no ``--data``) are evaluated only on the data files the ru
 (``data_record.json``, :mod:`rl_zerosync.data.identity`): a file changed or missing since is a
 ``DataChangedError`` naming it (``--data FILE`` evaluates the file as it is now).
 
-Training-period overlap: when the evaluated bars and the run's training data both have timestamps,
-the evaluated bars (all assets) are compared with the time range of the run's ``train`` segment
-(the one the run recorded; for runs without a record, rebuilt from the checkpoint's data settings,
-before any override; ``overlap.training_period_source`` says which); evaluated bars inside it give
-a one-line warning on stderr and an entry in ``warnings`` (results partly in sample). The check
-is by time only, whatever the assets. Synthetic data has no timestamps, so runs trained on
-synthetic data (or evaluated on undated files) are not checked (``overlap.checked`` false, with
-the reason).
+Training-period overlap (:mod:`rl_zerosync.evaluation.overlap`): an evaluated asset the run trained
+on (the same name, or a file of the same SHA-256 as a training file) has its evaluated bars
+compared with its training period (the one the run recorded; for runs without a record, rebuilt
+from the checkpoint's data settings, before any override; ``overlap.training_period_source`` says
+which); bars inside it give a one-line warning on stderr and an entry in ``warnings`` (results
+partly in sample). Another asset over the same dates is not in sample. Synthetic data has no
+timestamps, so runs trained on synthetic data (or evaluated on undated files) are not checked
+(``overlap.checked`` false, with the reason).
 """
 from __future__ import annotations
 
@@ -172,56 +172,6 @@ def _training_market(settings: dict):
     runner_seed = (settings.get("runner") or {}).get("seed")
     run_seed = runner_seed if runner_seed is not None else settings["run"]["seed"]
     return build_training_market(data_cfg, training_seed(data_cfg.get("seed", 0), run_seed, 0, 0))
-
-
-def _naive_times(stamps: list[np.ndarray]):
-    """All ``stamps`` as one pandas DatetimeIndex without time zone (aware ones in UTC)."""
-    import pandas as pd
-
-    values = np.concatenate([np.asarray(t) for t in stamps]) if stamps else np.array([], "datetime64[ns]")
-    try:
-        idx = pd.DatetimeIndex(pd.to_datetime(values))
-    except (TypeError, ValueError):  # mixed time zones
-        idx = pd.DatetimeIndex(pd.to_datetime(values, utc=True))
-    return idx.tz_convert("UTC").tz_localize(None) if idx.tz is not None else idx
-
-
-def _show_time(t) -> str:
-    return t.strftime("%Y-%m-%d") if t == t.normalize() else t.isoformat()
-
-
-def training_overlap(results: list, train_market, period=None) -> tuple[dict[str, Any], str | None]:
-    """Compare the evaluated bars of ``results`` (the bars with a return, all assets) with the traded
-    bars of ``train_market`` (the run's ``train`` segment; None: synthetic data) by time: ``(info
-    for metrics.json, the warning or None)``. ``period``: the run's recorded ``(first, last)`` training
-    bars (:func:`rl_zerosync.data.identity.training_period`), used instead of ``train_market``. Not
-    checked (``info["checked"]`` false, with the reason) when either side has no timestamps."""
-    if period is None and (train_market is None or train_market.timestamps is None):
-        why = "synthetic data" if train_market is None else "its files have no timestamp column"
-        return {"checked": False, "reason": f"the run's training data has no timestamps ({why})"}, None
-    if not all(t is not None for res in results for t in res.timestamps):
-        return {"checked": False, "reason": "the evaluated data has no timestamps"}, None
-    if period is None:
-        starts = train_market.valid_start.cpu().tolist()  # host read: once per evaluation
-        lengths = train_market.length.cpu().tolist()  # host read: once per evaluation
-        trained = _naive_times([ts[s:n] for ts, s, n in zip(train_market.timestamps, starts, lengths)])
-        period = trained.min(), trained.max()
-    traded = _naive_times([t[1:] for res in results for t in res.timestamps])
-    shown = _naive_times([t for res in results for t in res.timestamps])
-    lo, hi = period
-    inside = int(((traded >= lo) & (traded <= hi)).sum())
-    info = {
-        "checked": True,
-        "training_period": [_show_time(lo), _show_time(hi)],
-        "evaluated_period": [_show_time(shown.min()), _show_time(shown.max())],
-        "evaluated_bars": int(len(traded)),
-        "overlapping_bars": inside,
-    }
-    if not inside:
-        return info, None
-    return info, (f"the evaluated period {info['evaluated_period'][0]} .. {info['evaluated_period'][1]} overlaps "
-                  f"the run's training period {info['training_period'][0]} .. {info['training_period'][1]} "
-                  f"({inside} of {len(traded)} evaluated bars inside it): these results are partly in sample")
 
 
 def _train_segment_market(settings: dict, train_market=None):
@@ -494,20 +444,30 @@ def _walk_training_data(ev: _Evaluation) -> tuple[Any, Any]:
 
 
 def _check_overlap(ev: _Evaluation, results: dict, train_market) -> tuple[dict[str, Any], list[str]]:
-    """The training-period overlap check (module doc): (``overlap`` of the report, its warnings,
-    each also written to stderr)."""
+    """The training-period overlap check (:mod:`rl_zerosync.evaluation.overlap`: by asset and time):
+    (``overlap`` of the report, its warnings, each also written to stderr)."""
     from rl_zerosync.rundir.checkpoints import warn
 
-    from rl_zerosync.data.identity import read_record, training_period
+    from rl_zerosync.data.identity import data_paths, file_identity, read_record
+    from rl_zerosync.evaluation.overlap import trained_assets_from_market, trained_assets_from_record, training_overlap
 
     warnings: list[str] = []
     try:
-        same = ev.data_file is None and not ev.overrides  # the train segment walked is the run's own
-        period = training_period(read_record(ev.ckpt))  # recorded at training: never re-derived from a file now
-        overlap, warning = training_overlap(list(results.values()), None if period else _train_segment_market(
-            ev.settings, train_market if same else None), period=period)
+        record = read_record(ev.ckpt)  # recorded at training: never re-derived from a file now
+        files = [file_identity(p) for p in data_paths(ev.data_cfg)]  # the evaluated data's files
+        if record is not None and record.get("training_period"):
+            trained, why, source = trained_assets_from_record(record), None, "recorded by the run"
+        else:
+            same = ev.data_file is None and not ev.overrides  # the train segment walked is the run's own
+            market = _train_segment_market(ev.settings, train_market if same else None)
+            why = ("synthetic data" if market is None else "its files have no timestamp column"
+                   if market.timestamps is None else None)
+            trained = None if why else trained_assets_from_market(
+                market, {f["sha256"] for f in _files_now(data_paths(ev.settings.get("data")))})
+            source = "rebuilt from the data settings"
+        overlap, warning = training_overlap(list(results.values()), trained, files, why_unchecked=why)
         if overlap["checked"]:
-            overlap["training_period_source"] = "recorded by the run" if period else "rebuilt from the data settings"
+            overlap["training_period_source"] = source
     except (OSError, ValueError) as err:  # the run's training files moved or changed
         overlap = {"checked": False, "reason": f"the run's training data could not be rebuilt: {err}"}
         warning = f"could not check the overlap with the run's training period: {err}"
@@ -516,6 +476,13 @@ def _check_overlap(ev: _Evaluation, results: dict, train_market) -> tuple[dict[s
     for w in warnings:
         warn(w)
     return overlap, warnings
+
+
+def _files_now(paths: list[str]) -> list[dict[str, Any]]:
+    """The identities of those of ``paths`` that are files now (a run without a record)."""
+    from rl_zerosync.data.identity import file_identity
+
+    return [file_identity(p) for p in paths if Path(p).is_file()]
 
 
 def _summary(ev: _Evaluation, results: dict, report: dict, train) -> dict[str, Any]:
