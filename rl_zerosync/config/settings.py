@@ -248,15 +248,25 @@ def _build_section(cls: type, values: dict, where: str) -> Any:
     return cls(**kwargs)
 
 
+MAX_RUN_NAME_BYTES = 200
+"""The longest ``run.name`` in UTF-8 bytes: a directory name is at most 255 bytes, and the names made
+from it (``<name>.tmp`` and the like) need room."""
+
+
 def check_run_name(name: str, src: str) -> None:
     """``run.name``: one non-empty relative path component (no separators, no ``..``, no leading
-    dot), so the run directory is a folder of its own inside ``run.dir``, never ``run.dir`` itself or
-    a folder outside it (:class:`SettingsError` naming the key)."""
+    dot) of at most :data:`MAX_RUN_NAME_BYTES` bytes, so the run directory is a folder of its own
+    inside ``run.dir``, never ``run.dir`` itself or a folder outside it (:class:`SettingsError` naming
+    the key)."""
     expected = "expected a non-empty name without '/', '\\' or a leading '.', e.g. 'run'"
     check(src, "run.name", isinstance(name, str) and name.strip() != "", f"got {name!r}; {expected}")
     check(src, "run.name", not any(sep in name for sep in ("/", "\\", "\0")) and not name.startswith("."),
           f"got {name!r}; {expected}")
     check(src, "run.name", name == name.strip(), f"got {name!r} (leading or trailing spaces); {expected}")
+    size = len(name.encode("utf-8", errors="surrogatepass"))
+    check(src, "run.name", size <= MAX_RUN_NAME_BYTES,
+          f"got a name of {len(name)} characters ({size} bytes, starting {name[:20]!r}); expected at most "
+          f"{MAX_RUN_NAME_BYTES} bytes (a directory name is at most 255)")
 
 
 def _validate_run_and_model(run: RunSettings, model: ModelSettings, src: str) -> None:

@@ -38,6 +38,7 @@ a close-to-close ``|log return|`` above it (a spike: the row and both closes are
 """
 from __future__ import annotations
 
+import errno
 import math
 import os
 from dataclasses import replace
@@ -248,12 +249,38 @@ def _read(path: str, fmt: str | None):
     if os.path.isdir(path):
         raise ValueError(f"file {path}: is a directory; expected a {kind} file (list the files in data.paths)")
     if not os.path.isfile(path):
-        raise ValueError(f"file {path}: not found")
+        raise ValueError(missing_file(path))
     try:
         frame = pd.read_csv(path) if kind == "csv" else pd.read_parquet(path)
     except Exception as exc:  # parser errors of all kinds -> one clear message
         raise ValueError(f"file {path}: cannot be read as {kind}: {exc}") from exc
     return frame.reset_index(drop=True)
+
+
+def missing_file(path: str) -> str:
+    """Why ``path`` is no file to read, said as it is: a loop of symbolic links, a link to nothing, an
+    OS error by errno, a leading ``~`` (not expanded in settings; the expanded path shown) or not found."""
+    try:
+        os.stat(path)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            return f"file {path}: a loop of symbolic links (ELOOP); expected a file"
+        if err.errno != errno.ENOENT:
+            return f"file {path}: {err.strerror} ({errno.errorcode.get(err.errno, err.errno)})"
+    if os.path.islink(path):
+        return f"file {path}: a symbolic link to {os.readlink(path)}, which does not exist"
+    if str(path).startswith("~"):
+        return (f"file {path}: not found ('~' is not expanded in data.paths; write the full path, e.g. "
+                f"{os.path.expanduser(path)})")
+    return f"file {path}: not found"
+
+
+def check_constant(where: str, close: np.ndarray) -> None:
+    """ValueError naming ``where`` when every close is the same (zero variance: no price move to trade,
+    every return 0, a Sharpe made of costs alone)."""
+    if len(close) and np.all(close == close[0]):
+        raise ValueError(f"{where}: every one of the {len(close)} closes is {_show(close[0])} (zero variance); "
+                         "expected a price series that moves")
 
 
 def _assets(path: str, frame, asset_column: str | None):
@@ -308,6 +335,8 @@ def _clean(where, frame, cols, features, spread_source, spread_bps, cs_window, m
             i = int(np.argmax(bad))
             raise ValueError(f"{where}, column {col!r}, row {rows[i]}: expected a finite price > 0, got {_show(raw.iloc[i])}")
         prices[key] = values
+    if "close" in prices:
+        check_constant(f"{where}, column {cols['close']!r}", prices["close"])
     for lo_key, hi_key in (("low", "high"), ("bid", "ask")):
         if lo_key in prices and hi_key in prices:
             bad = prices[lo_key] > prices[hi_key]
@@ -480,6 +509,10 @@ def parse_timestamps(where: str, raw, rows, timestamp_format, dayfirst, unit=Non
         else:
             parsed = pd.Series(pd.to_datetime(raw, errors="coerce", format=timestamp_format, dayfirst=dayfirst,
                                               utc=True)).dt.tz_convert(None)
+            if timestamp_format is None and parsed.isna().any():  # pandas infers one format from row 0:
+                iso = pd.Series(pd.to_datetime(raw, errors="coerce", format="ISO8601", utc=True)).dt.tz_convert(None)
+                if iso.notna().sum() > parsed.notna().sum():  # ISO 8601 rows of other spellings read too
+                    parsed = iso
             ts = _dates_to_ns(where, parsed, raw, rows)
     except TimestampRangeError:
         raise

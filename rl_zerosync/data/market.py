@@ -46,9 +46,11 @@ TINY = 1e-12
 FEATURE_THREADS = 8
 """Most threads computing assets' features at once in :func:`build_market` (pandas' rolling median
 and EWM release the GIL; an asset's features are the same numbers in any thread)."""
-DEFAULT_MAX_ABS_LOG_RETURN = 0.5
-"""Default of ``data.max_abs_log_return``: a close-to-close move beyond +-0.5 in log (x1.65 or
-x0.61 in one bar) is taken as bad data (a spike, a missing split adjustment, a unit change)."""
+DEFAULT_MAX_ABS_LOG_RETURN = 0.4
+"""Default of ``data.max_abs_log_return``: a close-to-close move beyond +-0.4 in log (x1.49 or
+x0.67 in one bar) is taken as bad data (a spike, a unit change, or a split left unadjusted: 3:2 is
+log 0.405, 8:5 log 0.47, 2:1 log 0.69, all caught; 5:4, log 0.22, is not). Data with real one-bar
+moves that large (a crash, a biotech's trial result) sets its own limit, e.g. ``configs/panel.yaml``'s 0.8."""
 
 
 @dataclass(frozen=True)
@@ -446,8 +448,9 @@ def check_log_returns(where: str, close: np.ndarray, limit: float | None, *,
         prev = labels[i - 1] if labels is not None else i - 1
         raise ValueError(
             f"{where}, {unit} {label}: close {float(c[i])!r} after {float(c[i - 1])!r} ({unit} {prev}) is a log return of "
-            f"{np.log(c[i] / c[i - 1]):+.3g}, beyond data.max_abs_log_return = {limit:g} per bar: fix the data, "
-            f"or raise the limit (0 or null turns the check off)"
+            f"{np.log(c[i] / c[i - 1]):+.3g} (x{c[i] / c[i - 1]:.3g}), beyond data.max_abs_log_return = {limit:g} per "
+            f"bar: a spike or a split left unadjusted? fix the data (adjust the prices before a split), or raise "
+            f"the limit (0 or null turns the check off)"
         )
 
 

@@ -10,7 +10,10 @@
 * :func:`written_whole`: the evaluation is written into ``<dir>.tmp`` and swapped in (the previous
   one renamed to ``<dir>.old``, the new one renamed in, the old removed): no file of an earlier
   evaluation stays beside the new one, and a failure part way leaves the previous evaluation as it
-  was and no ``.tmp`` behind.
+  was and no ``.tmp`` behind. One writer at a time per directory: ``<dir>.lock`` (an ``flock`` on a
+  file beside the directory, removed by its holder) is held from ``.tmp`` to the swap, and a second evaluation
+  into the same directory meanwhile is refused naming the holder (:class:`EvaluationBusyError`);
+  replacing the evaluation of another checkpoint or other data prints a warning naming both.
 
 An evaluation directory holds :data:`MARKER` (what was evaluated), ``metrics.json``, ``report.png``,
 ``bars_<segment>``/``portfolio_<segment>`` ``.csv``/``.parquet``, ``series.json`` (what they are:
@@ -20,10 +23,12 @@ may add ``tearsheet.json`` / ``tearsheet.html`` (replaced with the rest by the n
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
 from typing import Iterator
 
@@ -41,6 +46,64 @@ adds to it (:mod:`rl_zerosync.evaluation.tearsheet`)."""
 MAX_STEM = 200
 """Characters of a file's stem kept in ``evaluation_<stem>`` (a directory name is at most 255 bytes)."""
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+class EvaluationBusyError(RunDirError):
+    """Another evaluation is writing the same output directory now (it holds ``<out>.lock``)."""
+
+
+def lock_path(out: Path) -> Path:
+    """``<out>.lock``: the file whose ``flock`` makes one evaluation at a time write ``out``."""
+    out = Path(out)
+    return out.with_name(out.name + ".lock")
+
+
+@contextlib.contextmanager
+def _writer_lock(out: Path) -> Iterator[None]:
+    """Hold ``<out>.lock`` (exclusive, non-blocking ``flock``; the holder's pid written into it) or
+    raise :class:`EvaluationBusyError` naming the directory and the holder. The file is removed by its
+    holder at the end (a killed holder's ``flock`` goes with its process; its file is taken over); a
+    lock taken on a file already unlinked is dropped and taken again on the file now at the path."""
+    path = lock_path(out)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise EvaluationBusyError(
+                f"{out}: another evaluation (pid {holder}) is writing this directory now ({path} is locked); "
+                "wait for it to finish or pass --out DIR for this one") from None
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # its holder removed it between our open and our lock: lock the file there now
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        try:
+            os.unlink(path)  # still ours: removed while held
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # releases the flock
+
+
+def _replacing_warning(out: Path, marker: dict) -> None:
+    """A warning when ``out`` holds the evaluation of another checkpoint or other data than ``marker``'s."""
+    earlier = _marker(out) if out.is_dir() else None
+    if not earlier:
+        return
+    changed = [f"{key} {earlier.get(key)} -> {marker.get(key)}" for key in ("checkpoint", "data")
+               if earlier.get(key) != marker.get(key)]
+    if changed:
+        print(f"warning: {out}: replacing the evaluation of another {'/'.join(c.split()[0] for c in changed)} "
+              f"({'; '.join(changed)})", file=sys.stderr, flush=True)
 
 
 def safe_stem(data: str | Path) -> str:
@@ -152,12 +215,12 @@ def check_same_data(out: Path, data: str | Path) -> None:
 
 def record_in_run(out: Path, run_dir: Path) -> None:
     """An evaluation directory inside the run directory ``run_dir`` goes into the run's inventory
-    (with its ``.tmp`` and ``.old`` forms), so ``--overwrite`` removes it with the run; nothing is
+    (with its ``.tmp``, ``.old`` and ``.lock`` forms), so ``--overwrite`` removes it with the run; nothing is
     recorded elsewhere, or in a directory without an inventory (an older version's)."""
     run_dir = Path(run_dir)
     if out.parent.resolve() != run_dir.resolve() or not (run_dir / INVENTORY_FILE).is_file():
         return
-    RunDir(run_dir).record(out.name, out.name + ".tmp", out.name + ".old")
+    RunDir(run_dir).record(out.name, out.name + ".tmp", out.name + ".old", lock_path(out).name)
 
 
 @contextlib.contextmanager
@@ -167,8 +230,18 @@ def written_whole(out: Path, marker: dict) -> Iterator[Path]:
     ``<out>.old``, ``tmp`` renamed to ``out``, the old removed). Any exception removes ``tmp`` and
     leaves ``out`` as it was. Call :func:`check_out_dir` first: what is removed here
     (a ``.tmp`` / ``.old`` left by a killed evaluation, the previous ``out``) was checked to be an
-    evaluation."""
+    evaluation. The whole time ``<out>.lock`` is held (:func:`_writer_lock`): a second evaluation of
+    ``out`` meanwhile is refused by name instead of removing this one's ``.tmp``."""
     out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with _writer_lock(out):
+        with _written_whole(out, marker) as tmp:
+            yield tmp
+
+
+@contextlib.contextmanager
+def _written_whole(out: Path, marker: dict) -> Iterator[Path]:
+    """:func:`written_whole` under its lock."""
     tmp, old = out.with_name(out.name + ".tmp"), out.with_name(out.name + ".old")
     shutil.rmtree(tmp, ignore_errors=True)  # left by a killed evaluation (checked)
     tmp.mkdir(parents=True)
@@ -178,6 +251,7 @@ def written_whole(out: Path, marker: dict) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    _replacing_warning(out, marker)
     try:
         shutil.rmtree(old, ignore_errors=True)  # left by an evaluation killed between two renames (checked)
         if out.exists():

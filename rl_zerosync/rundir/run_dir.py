@@ -13,6 +13,7 @@ Layout (the checkpoints: :mod:`rl_zerosync.rundir.checkpoints`)::
     *.damaged/           checkpoints found damaged at a resume, set aside
     evaluation/          the evaluation at the end of the run (written whole to evaluation.tmp/, then
                          swapped in); evaluation_<stem>/ that of `evaluate --data <stem>.csv`
+    rllib/               RLlib's own log folder (Algorithm.logdir; empty unless RLlib writes there)
     run_files.json       the inventory: every top-level entry this run wrote (what --overwrite removes)
 """
 from __future__ import annotations
@@ -42,8 +43,12 @@ TB_QUEUE = 1000
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
 EVALUATION_DIR = "evaluation"
-EVALUATION_NAMES = (EVALUATION_DIR, EVALUATION_DIR + ".tmp", EVALUATION_DIR + ".old")
-"""The run's evaluation directory and the forms it takes while an evaluation replaces it."""
+EVALUATION_NAMES = (EVALUATION_DIR, EVALUATION_DIR + ".tmp", EVALUATION_DIR + ".old", EVALUATION_DIR + ".lock")
+"""The run's evaluation directory, the forms it takes while an evaluation replaces it and the file
+whose lock lets one evaluation at a time write it."""
+RLLIB_LOG_DIR = "rllib"
+"""RLlib's log folder of the run's algorithm (``Algorithm.logdir``), inside the run directory rather
+than a new ``~/ray_results/<timestamp>/`` per run."""
 INVENTORY_FILE = "run_files.json"
 """The run's inventory: the names of the top-level entries it wrote, each recorded before it is
 written; ``--overwrite`` removes these and nothing else."""
@@ -210,9 +215,16 @@ class RunDir:
         a directory nobody sees, or into another run's."""
         if self.lock is None:
             return
-        if not self.path.is_dir() or not self.lock.held():
-            raise RunDirError(f"{self.path}: the run directory or its lock {LOCK_FILE} disappeared during the "
-                              "run; stopping before the next write (the files written so far are gone with it)")
+        if not self.path.is_dir():
+            raise RunDirError(f"{self.path}: the run directory disappeared during the run (deleted or moved); "
+                              "stopping before the next write (the files written so far are gone with it)")
+        if not self.lock.held():
+            lock = self.path / LOCK_FILE
+            how = "was taken by another run" if lock.exists() else "was deleted"
+            raise RunDirError(f"{self.path}: its lock {LOCK_FILE} {how} during the run; stopping before the next "
+                              f"write so that two runs never write one directory (the files written so far stay: "
+                              f"--resume {self.path} continues from its newest checkpoint once no other run "
+                              "holds it)")
 
     def close(self) -> None:
         """Close the metrics log (if open) and release the lock (if still this run's)."""
@@ -248,6 +260,9 @@ class RunDir:
             moved = self.set_aside(bad)
             if moved is not None:
                 warn(f"moved the damaged {bad} aside to {moved}")
+        it = checkpoints.checkpoint_iteration(ckpt)
+        if isinstance(it, int):
+            self._metrics_rows(it)  # a damaged row among the kept ones: refused before Ray starts
         return ckpt
 
     def set_aside(self, ckpt: Path) -> Path | None:
@@ -281,20 +296,25 @@ class RunDir:
                  "new best replaces it")
         return state
 
-    def truncate_metrics(self, iteration: int) -> int:
-        """Keep the rows of ``metrics.jsonl`` up to ``iteration`` (the resumed checkpoint's), one per
-        iteration (the last written), in iteration order, and drop the rest and any torn line; the file
-        is rewritten atomically (tmp + rename). Returns the number of lines dropped."""
+    def _metrics_rows(self, iteration: int) -> tuple[dict[int, str], int, list[int]]:
+        """The rows of ``metrics.jsonl`` kept at a resume from ``iteration`` (iteration -> line, the last
+        written of each), the number of lines dropped and the (1-based) numbers of the damaged lines
+        among them. A damaged line (not a JSON row with an iteration) that leaves an iteration of
+        1..``iteration`` without a row is a :class:`RunDirError` naming the file, the line and the
+        iterations (nothing is changed); one among the rows after the checkpoint (a torn last line of
+        a killed run) is dropped with them and named."""
         path = self.path / METRICS_FILE
-        if not path.is_file():
-            return 0
         keep: dict[int, str] = {}
-        dropped = 0
-        for line in path.read_text().splitlines():  # host read: run metadata
+        dropped, damaged = 0, []
+        if not path.is_file():
+            return keep, dropped, damaged
+        for number, line in enumerate(path.read_text().splitlines(), start=1):  # host read: run metadata
             try:
                 it = int(json.loads(line)["iteration"])
             except (ValueError, KeyError, TypeError):
-                dropped += bool(line.strip())
+                if line.strip():
+                    dropped += 1
+                    damaged.append(number)
                 continue
             if it > iteration:
                 dropped += 1
@@ -302,6 +322,29 @@ class RunDir:
             if it in keep:
                 dropped += 1
             keep[it] = line
+        missing = [i for i in range(1, iteration + 1) if i not in keep]
+        if damaged and missing:
+            shown = ", ".join(map(str, missing[:10])) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
+            raise RunDirError(
+                f"{path}, line {', '.join(map(str, damaged[:5]))}: a damaged row (not a JSON object with an "
+                f"iteration) among the rows up to the resumed iteration {iteration}; resuming would leave "
+                f"iteration {shown} without a row: repair or remove the line, then --resume again (nothing "
+                "was changed)")
+        return keep, dropped, damaged
+
+    def truncate_metrics(self, iteration: int) -> int:
+        """Keep the rows of ``metrics.jsonl`` up to ``iteration`` (the resumed checkpoint's), one per
+        iteration (the last written), in iteration order, and drop the rest; the file is rewritten
+        atomically (tmp + rename). A damaged line is dropped only when no iteration up to
+        ``iteration`` loses its row by it (named in a warning), else :class:`RunDirError`
+        (:meth:`_metrics_rows`). Returns the number of lines dropped."""
+        path = self.path / METRICS_FILE
+        if not path.is_file():
+            return 0
+        keep, dropped, damaged = self._metrics_rows(iteration)
+        if damaged:
+            warn(f"{path}: dropped {len(damaged)} damaged line(s) (line {', '.join(map(str, damaged[:5]))}; "
+                 f"every iteration up to {iteration} keeps its row)")
         tmp = path.with_name(METRICS_FILE + ".tmp")
         self.record(tmp.name)
         with open(tmp, "w") as f:
@@ -317,7 +360,7 @@ class RunDir:
         """The run's settings as ``settings.yaml`` (what ``evaluate`` of the run directory reads) and,
         for file data, the record of its files and segments as ``data_record.json``
         (:func:`~rl_zerosync.data.identity.data_record`; written into every checkpoint too)."""
-        self.record(SETTINGS_FILE, DATA_RECORD_FILE, *EVALUATION_NAMES)  # evaluation/: `evaluate`'s default
+        self.record(SETTINGS_FILE, DATA_RECORD_FILE, RLLIB_LOG_DIR, *EVALUATION_NAMES)  # evaluation/: `evaluate`'s default
         (self.path / SETTINGS_FILE).write_text(_settings_yaml(settings))
         self.data_record = data_record(settings.data)
         if self.data_record is not None:
@@ -380,7 +423,16 @@ class RunDir:
             return self._save(algo, settings, name, tmp, run_state, keep, replay)
         except OSError as err:  # a full disk, a read-only file system: the previous checkpoint stays
             shutil.rmtree(tmp, ignore_errors=True)
-            raise _write_failed(err, tmp, f"the previous {self.path / name} is intact") from None
+            raise _write_failed(err, tmp, self._kept(name)) from None
+
+    def _kept(self, name: str) -> str:
+        """What a failed checkpoint write leaves: the previous checkpoint, or nothing (said as it is)."""
+        if not self.path.is_dir():
+            return f"the run directory {self.path} is gone (deleted or moved during the run)"
+        previous = self.path / name
+        if (previous / MARKER).is_file():
+            return f"the previous {previous} is intact"
+        return f"no earlier {name}/ was written"
 
     def _save(self, algo, settings, name: str, tmp: Path, run_state: dict | None, keep: int, replay: bool) -> Path:
         """:meth:`save`'s writes: RLlib's files, settings, run state and manifest into ``tmp``, then rotate."""

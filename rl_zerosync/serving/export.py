@@ -282,6 +282,9 @@ def export_policy(checkpoint: str | Path, fmt: str = "torchscript", out: str | P
         raise ValueError(f"export format: expected one of {FORMATS}, got {fmt!r}")
     if fmt == "onnx":
         require_onnx()  # before anything is loaded
+    if out is not None and Path(out).is_dir():
+        raise ValueError(f"export --out {out}: is a directory; expected a model file name, e.g. "
+                         f"{Path(out) / ('policy' + SUFFIX[fmt])}")
     net, meta = load_checkpoint_policy(checkpoint, which)
     ckpt = Path(meta["checkpoint"])
     path = Path(out) if out is not None else ckpt.parent / "export" / (ckpt.name + SUFFIX[fmt])
