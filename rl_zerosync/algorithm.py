@@ -272,7 +272,8 @@ class IterationSteps:
     start: Callable[[], None] = _no_op
     added: Callable[[list], None] = _no_op
     planned: Optional[int] = None
-    """K decided before this iteration's ``train()`` (a population member: :meth:`ZeroSyncDQN.sample_for_population`)."""
+    """K decided before this iteration's ``train()`` (a subclass that runs the phases before ``train()``,
+    e.g. :class:`~rl_zerosync.population.member_algorithm.PopulationMemberDQN`)."""
 
 
 def _env_steps_sampled(runner_metrics: list) -> int:
@@ -362,9 +363,6 @@ class ZeroSyncDQN(DQN):
         from rl_zerosync.env_runner.runner_errors import raise_root_cause, runner_root_causes
 
         self._overlap_last_sampled = 0  # runner.overlap, remote runners: env steps of the last iteration
-        self._population_pending: Optional[int] = None  # a population member's K between its two parts
-        self._population_pack: Optional[list] = None
-        self._population_launched = None  # the runner of launch_for_population, until sample_for_population
         with runner_root_causes() as errors:
             try:
                 super().setup(config)
@@ -535,11 +533,8 @@ class ZeroSyncDQN(DQN):
         self._iterate(self._iteration_steps())
 
     def _iteration_steps(self) -> IterationSteps:
-        """This iteration's mode: a population member's second part, overlapped in the driver process,
-        overlapped with remote env runners, or plain (sample, add, then train on the replay including the
-        new rollouts)."""
-        if self._population_pending is not None:
-            return self._population_steps()
+        """This iteration's mode: overlapped in the driver process, overlapped with remote env runners,
+        or plain (sample, add, then train on the replay including the new rollouts)."""
         runner = self._same_process_runner()
         if runner is not None and runner.settings.overlap:
             return self._overlapped_steps(runner, self.local_learner)
@@ -600,69 +595,6 @@ class ZeroSyncDQN(DQN):
 
         return IterationSteps(order=(SAMPLE, ADD, TRAIN), learn_from=learn_from, plan_first=False,
                               sample=lambda _k: self._sample(), train=self._train)
-
-    # ---------------------------------------------------------------- population members
-    def launch_for_population(self):
-        """A population member's iteration, optional first step: launch this iteration's rollout on the
-        same-process GPU env runner without waiting; returns its :class:`DeviceRollout` (the population
-        reads every member's rollout back at once, :class:`~rl_zerosync.env_runner.population_readback.
-        PopulationReadback`), or None when there is no such runner (:meth:`sample_for_population` then
-        samples as a plain iteration does)."""
-        runner = self._same_process_runner()
-        if runner is None or runner.settings.overlap or self._population_pending is not None:
-            return None
-        self._wait_for_env_runners()
-        runner.start_device_sample()
-        self._population_launched = runner
-        return runner.rollout
-
-    def sample_for_population(self, host_leading: Optional[torch.Tensor] = None) -> int:
-        """A population member's iteration, first part: the ``sample`` and ``add`` phases of a plain
-        iteration; returns its K. After :meth:`launch_for_population` the rollout is finished from
-        ``host_leading`` (its leading bytes, read back with every member's) and the ``sample`` phase times
-        that part only. The population then runs every member's updates at once
-        (:class:`~rl_zerosync.learner.population_update.PopulationUpdate`) and reads every member's guard
-        pack in one readback; :meth:`train` with :meth:`set_population_pack` given completes the
-        iteration (the metrics from that pack, the learner results, the weight sync)."""
-        learner = self.local_learner
-        if learner is None or self._population_pending is not None:
-            raise RuntimeError("sample_for_population: needs the learner in this process (num_learners 0) "
-                               "and no iteration half done")
-        steps = self._plain_steps()
-        runner, self._population_launched = self._population_launched, None
-        if runner is None:
-            self._wait_for_env_runners()
-        with self._phase(SAMPLE, ENV_RUNNER_SAMPLING_TIMER):
-            if runner is not None:
-                rollouts, runner_metrics = [runner.finish_device_sample(host_leading)], [runner.get_metrics()]
-            else:
-                rollouts, runner_metrics = steps.sample(None)
-        self.metrics.aggregate(runner_metrics, key=ENV_RUNNER_RESULTS)
-        with self._phase(ADD, REPLAY_BUFFER_ADD_DATA_TIMER):
-            self._add_to_replay(rollouts)
-        k = self._updates(*steps.learn_from(runner_metrics))
-        self._population_pending, self._population_pack = k, None
-        return k
-
-    def set_population_pack(self, values: list) -> None:
-        """This member's guard pack, read back by its population after the updates of this iteration."""
-        self._population_pack = list(values)
-
-    def _population_steps(self) -> IterationSteps:
-        """The second part of a population member's iteration: its updates already ran; the ``train``
-        phase takes the metrics from the population's readback."""
-        k, self._population_pending = self._population_pending, None
-        learner = self.local_learner
-
-        def read(_k):
-            if self._population_pack is None:
-                raise RuntimeError("a population member trained without its metrics pack (set_population_pack)")
-            learner.collect_metrics(values=self._population_pack)
-            self._population_pack = None
-            return [learner.metrics.reduce()]
-
-        return IterationSteps(order=(TRAIN,), learn_from=lambda _m: (0, False), plan_first=True,
-                              sample=lambda _k: ([], []), train=read, planned=k)
 
     def _overlapped_steps(self, runner, learner) -> IterationSteps:
         """``runner.overlap``: this iteration's rollout samples while its updates train.

@@ -12,7 +12,9 @@ population is printed; with ``population.pbt_every`` the exploit/explore step of
 checkpoint is written, each is evaluated (the test segment, read once, for the report), and
 ``population.json`` (:mod:`rl_zerosync.population.report`) and the leaderboard are written.
 
-A member here is one RLlib algorithm (its own learner and env runner); the members share the
+A member here is one RLlib algorithm (its own learner and env runner; a
+:class:`~rl_zerosync.population.member_algorithm.PopulationMemberDQN`, whose iteration is split around
+the population's update); the members share the
 process, the device, the validation data and Ray, and one learner update
 (:class:`~rl_zerosync.learner.population_update.PopulationUpdate`: their learners' state stacked
 with a member dimension, ``population.update`` batched or per member, one readback of all members'
@@ -110,12 +112,12 @@ class Population:
         clock = _Clock(self.timing)
         if self.update is not None:
             hosts = self._rollouts([loop for loop in self.loops if not loop.done])
-            ks = [loop.algo.sample_for_population(hosts.get(id(loop))) if not loop.done else 0 for loop in self.loops]
+            ks = [loop.algo.sample_and_add(hosts.get(id(loop))) if not loop.done else 0 for loop in self.loops]
             clock.lap("sample_add_s")
             self.update.train(ks)
             for loop, pack in zip(self.loops, self.update.collect()):
                 if not loop.done:
-                    loop.algo.set_population_pack(pack)
+                    loop.algo.set_metrics_pack(pack)
             clock.lap("update_s")
             self.timing["env_steps"] += sum(loop.algo.env_runner.num_envs * loop.algo.env_runner.num_steps
                                             for loop in stepped if hasattr(loop.algo.env_runner, "num_steps"))
@@ -137,7 +139,7 @@ class Population:
         (empty when the members' runners are not same-process device runners: each then samples alone)."""
         from rl_zerosync.env_runner.population_readback import PopulationReadback
 
-        rollouts = [loop.algo.launch_for_population() for loop in active]
+        rollouts = [loop.algo.launch_rollout() for loop in active]
         if not rollouts or any(ro is None for ro in rollouts):
             return {}
         if self.rollout is not None:
@@ -339,13 +341,18 @@ def _population_rollout(loops: list[TrainLoop], mode: str, update):
 
 
 def _build(members: list[Settings], pop: PopulationSettings, stack: contextlib.ExitStack) -> list[TrainLoop]:
-    """Every member's run directory, algorithm and loop (closed by ``stack``, last first)."""
+    """Every member's run directory, algorithm (:class:`~rl_zerosync.population.member_algorithm.
+    PopulationMemberDQN`) and loop (closed by ``stack``, last first)."""
+    from rl_zerosync.population.member_algorithm import PopulationMemberDQN
+
     loops: list[TrainLoop] = []
     validator = None
     for k, ms in enumerate(members):
         rd = stack.enter_context(RunDir.claim(ms.run_dir, hint="pass --overwrite to train the population again"))
         rd.write_settings(ms)
-        algo = to_rllib_config(ms).build_algo()
+        config = to_rllib_config(ms)
+        config.algo_class = PopulationMemberDQN  # a ZeroSyncDQN whose iteration the population splits
+        algo = config.build_algo()
         stack.callback(algo.stop)
         if k == 0:
             check_fits(algo, pop.size, ms)
