@@ -137,7 +137,7 @@ def train_run(runs: Path, name: str, seed: int, sets: Sequence[str], logs: Path,
                       sys.executable, "-m", "rl_zerosync", *args], log)
         rc = proc.wait()
     return {"name": name, "seed": seed, "exit_code": rc, "wall_s": time.perf_counter() - t0,
-            "run_dir": str(runs / name), "log": repo_relative(logs / f"{name}.log"),
+            "run_dir": repo_relative(runs / name), "log": repo_relative(logs / f"{name}.log"),
             "command": "rl-zerosync " + " ".join(args)}
 
 
@@ -228,7 +228,7 @@ def select(designed: Sequence[Mapping[str, str]], done: Sequence[Mapping[str, An
     ``exit_code``) and the choice among them (:func:`choose`); reads :func:`read_run` only."""
     summaries, all_passes = [], []
     for v in designed:
-        reads = [read_run(Path(r["run_dir"])) for r in done if r["variant"] == variant_name(v) and r["exit_code"] == 0]
+        reads = [read_run(ROOT / r["run_dir"]) for r in done if r["variant"] == variant_name(v) and r["exit_code"] == 0]
         if reads:
             summaries.append(summarise(variant_name(v), v, reads, bench, periods_per_year))
             all_passes += [c for r in reads for c in r["all_passes"]]
@@ -252,9 +252,9 @@ def final_test(out: Path, jobs: int, logs: Path) -> dict[str, Any]:
     def evaluate(run: Mapping[str, Any]) -> dict[str, Any]:
         log = logs / f"{run['name']}_final_test.log"
         with open(log, "w") as f:
-            rc = subprocess.call([sys.executable, "-m", "rl_zerosync", "evaluate", "--checkpoint", run["run_dir"]],
-                                 cwd=ROOT, stdout=f, stderr=subprocess.STDOUT)
-        report = json.loads((Path(run["run_dir"]) / "evaluation" / "metrics.json").read_text()) if rc == 0 else {}
+            rc = subprocess.call([sys.executable, "-m", "rl_zerosync", "evaluate", "--checkpoint",
+                                  str(ROOT / run["run_dir"])], cwd=ROOT, stdout=f, stderr=subprocess.STDOUT)
+        report = json.loads((ROOT / run["run_dir"] / "evaluation" / "metrics.json").read_text()) if rc == 0 else {}
         s = report.get("summary", {})
         keys = ("sharpe", "test_sharpe_ci95", "buy_and_hold_sharpe", "deployed", "deployed_test_sharpe",
                 "deployed_test_sharpe_ci95", "deployed_minus_buy_and_hold_ci95", "turnover_per_bar",
@@ -264,7 +264,7 @@ def final_test(out: Path, jobs: int, logs: Path) -> dict[str, Any]:
 
     with ThreadPoolExecutor(max(1, jobs)) as pool:
         per_seed = list(pool.map(evaluate, runs))
-    ok = [Path(r["run_dir"]) / "evaluation" for r, e in zip(runs, per_seed) if e["exit_code"] == 0]
+    ok = [ROOT / r["run_dir"] / "evaluation" for r, e in zip(runs, per_seed) if e["exit_code"] == 0]
     pooled = {}
     if ok:
         ret = [read_returns(d, "test") for d in ok]
@@ -289,14 +289,16 @@ def main(argv: list[str] | None = None) -> int:
     from rl_zerosync.config.settings import load
     from rl_zerosync.evaluation.calibrated import panel_interval
 
-    p = parser(__doc__, out=results_path("realdata_sweep"), quick="smoke: 2 variants x 3 iterations, seed 0 (temp JSON)")
+    p = parser(__doc__, out=results_path("realdata_sweep"),
+               quick="smoke: 2 variants x 3 iterations, seed 0 (temp JSON)")
     p.add_argument("--seeds", default="0", help="comma-separated seeds per variant (default 0)")
     p.add_argument("--jobs", type=int, default=1, help="runs in parallel subprocesses (default 1)")
     p.add_argument("--iterations", type=int, default=None, help="the 1x budget (default: the config's 60)")
     p.add_argument("--factors", nargs="*", default=[], help="NAME=L1,L2 restricting a factor's levels")
     p.add_argument("--full", action="store_true", help="the whole factorial (default: one factor at a time)")
     p.add_argument("--variants", default=None, help="comma-separated variant names to run (of those designed)")
-    p.add_argument("--runs", default=None, help="where the runs go (default: a temporary folder)")
+    p.add_argument("--runs", default="runs/panel_sweep", help="where the runs go (default runs/panel_sweep: "
+                   "--final-test evaluates the chosen runs there)")
     p.add_argument("--final-test", action="store_true", help="read the sealed test once for --out's chosen variant")
     args = p.parse_args(argv)
     out = Path(args.out).resolve()
@@ -318,7 +320,10 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             raise SystemExit(f"--variants: unknown {unknown}; designed: {[variant_name(v) for v in designed]}")
         designed = [v for v in designed if variant_name(v) in wanted]
-    runs = Path(args.runs or tempfile.mkdtemp(prefix="panel_sweep_")).resolve()
+    if args.quick and args.runs == p.get_default("runs"):
+        runs = Path(tempfile.mkdtemp(prefix="panel_sweep_")).resolve()
+    else:
+        runs = (ROOT / args.runs).resolve()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     threads = max(1, (os.cpu_count() or 1) // max(1, args.jobs))
     jobs = [(variant_name(v), v, seed, overrides(v, base, args.iterations)) for v in designed for seed in seeds]
@@ -328,10 +333,14 @@ def main(argv: list[str] | None = None) -> int:
         base.run.iterations, "design": "full factorial" if args.full else "one factor at a time",
         "factors": {f: list(v) for f, v in parse_factors(args.factors).items()}, "quick": args.quick,
         "variants": {variant_name(v): {"factors": v, "set": overrides(v, base, args.iterations)} for v in designed}})
-    print(f"{len(jobs)} runs ({len(designed)} variants x {len(seeds)} seeds), {args.jobs} at a time -> {runs}", flush=True)
+    print(f"{len(jobs)} runs ({len(designed)} variants x {len(seeds)} seeds), {args.jobs} at a time -> {runs}",
+          flush=True)
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-        done = list(pool.map(lambda j: {"variant": j[0], **train_run(runs, f"{j[0]}_s{j[2]}", j[2], j[3], logs, threads)},
-                             jobs))
+        def one(job):
+            name, _, seed, sets = job
+            return {"variant": name, **train_run(runs, f"{name}_s{seed}", seed, sets, logs, threads)}
+
+        done = list(pool.map(one, jobs))
     for r in done:
         print(f"{r['name']}: exit {r['exit_code']} in {r['wall_s']:.0f} s", flush=True)
     result["runs"] = done
@@ -341,7 +350,8 @@ def main(argv: list[str] | None = None) -> int:
     summaries = result["variants"]
     rows = [{"variant": s["variant"], "seeds": s["seeds"], "val Sharpe": s["validation_sharpe"]["estimate"],
              "CI": _pair(s["validation_sharpe"]["ci95"]), "- B&H": s["validation_minus_buy_and_hold"]["estimate"],
-             "- B&H CI": _pair(s["validation_minus_buy_and_hold"]["ci95"]), "turnover": s["validation_turnover_per_bar"]}
+             "- B&H CI": _pair(s["validation_minus_buy_and_hold"]["ci95"]),
+             "turnover": s["validation_turnover_per_bar"]}
             for s in summaries]
     print_table(rows, ("variant", "seeds", "val Sharpe", "CI", "- B&H", "- B&H CI", "turnover"), width=14,
                 title="validation only (2010-2014): each seed's best-validation checkpoint")

@@ -54,7 +54,8 @@ def _fake_run(path: Path, drift: float, test_drift: float, seed: int) -> None:
     (path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     ev = path / "evaluation"
     ev.mkdir()
-    np.savez(ev / "returns_test.npz", **{f"agent_{i}": test_drift + 0.01 * g.standard_normal(BARS) for i in range(ASSETS)})
+    test = {f"agent_{i}": test_drift + 0.01 * g.standard_normal(BARS) for i in range(ASSETS)}
+    np.savez(ev / "returns_test.npz", **test)
     (ev / "metrics.json").write_text(json.dumps({"summary": {"sharpe": 100 * test_drift}}))
 
 
@@ -84,10 +85,12 @@ def test_choice_reads_validation_only(tmp_path, monkeypatch):
     monkeypatch.setattr(builtins, "open", lambda f, *a, **k: (opened.append(str(f)), real_open(f, *a, **k))[1])
     monkeypatch.setattr(np, "load", lambda f, *a, **k: (opened.append(str(f)), real_load(f, *a, **k))[1])
     real_text = Path.read_text
-    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: (opened.append(str(self)), real_text(self, *a, **k))[1])
+    monkeypatch.setattr(Path, "read_text",
+                        lambda self, *a, **k: (opened.append(str(self)), real_text(self, *a, **k))[1])
     again, chosen_again = _select(tmp_path)
     assert chosen_again == chosen and again == summaries
-    assert any(f.endswith("metrics.jsonl") for f in opened) and all("validation_returns" in f or f.endswith("metrics.jsonl") for f in opened), opened
+    assert any(f.endswith("metrics.jsonl") for f in opened)
+    assert all("validation_returns" in f or f.endswith("metrics.jsonl") for f in opened), opened
     inside = [Path(f).relative_to(tmp_path).parts for f in opened]
     assert not any("evaluation" in parts or any("test" in x for x in parts) for parts in inside), inside
 
