@@ -182,9 +182,9 @@ class ShardedPopulation:
         return lines
 
     def timing_summary(self) -> dict:
-        """Every shard's timing (:func:`~rl_zerosync.population.lockstep.summarize_timing`) and the
+        """Every shard's timing (:func:`~rl_zerosync.population.iteration.summarize_timing`) and the
         slowest shard's line."""
-        from rl_zerosync.population.lockstep import summarize_timing
+        from rl_zerosync.population.iteration import summarize_timing
 
         shards = [summarize_timing(t) for t in ray.get([s.timing.remote() for s in self.shards])]
         slowest = max(shards, key=lambda t: t["training_s"])
