@@ -22,7 +22,7 @@ from rl_zerosync.algorithm import ZeroSyncDQNConfig
 p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 p.add_argument("--quick", action="store_true", help="tiny CPU run")
 p.add_argument("--iterations", type=int, default=None)
-p.add_argument("--out", default=None, help="checkpoint directory (default: a temp dir)")
+p.add_argument("--out", default=None, help="checkpoint directory (default: a temporary one, removed at the end)")
 args = p.parse_args()
 q = args.quick
 gpu = torch.cuda.is_available() and not q
@@ -52,6 +52,7 @@ config = (
     .debugging(seed=0)
 )
 
+scratch = None if args.out else tempfile.TemporaryDirectory(prefix="zerosync_ckpt_")  # removed at the end
 ray.init(address="local", num_cpus=2 if q else None, include_dashboard=False)
 algo = config.build_algo()
 try:
@@ -63,8 +64,10 @@ try:
         print(f"{r['training_iteration']:4d} {int(er['num_env_steps_sampled_lifetime']):10d} "
               f"{float(er['epsilon']):7.3f} {'-' if ret != ret else f'{ret:.4f}':>11} "
               f"{float(zs.get('loss_mean', float('nan'))):8.4f} {float(zs.get('q_mean', float('nan'))):8.4f}")
-    path = algo.save_to_path(args.out or tempfile.mkdtemp(prefix="zerosync_ckpt_"))
-    print(f"checkpoint saved: {path}")
+    path = algo.save_to_path(args.out or scratch.name)
+    print(f"checkpoint saved: {path}" + ("" if args.out else " (a temporary directory, removed now: --out DIR keeps it)"))
 finally:
     algo.stop()
     ray.shutdown()
+    if scratch is not None:
+        scratch.cleanup()

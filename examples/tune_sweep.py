@@ -20,7 +20,7 @@ from rl_zerosync.algorithm import ZeroSyncDQN, ZeroSyncDQNConfig
 
 p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 p.add_argument("--quick", action="store_true", help="tiny CPU sweep")
-p.add_argument("--storage", default=None, help="Tune results directory (default: a temp dir)")
+p.add_argument("--storage", default=None, help="Tune results directory (default: a temporary one, removed at the end)")
 args = p.parse_args()
 q = args.quick
 gpu = torch.cuda.is_available() and not q
@@ -42,13 +42,14 @@ config = (
     .debugging(seed=0)
 )
 
+scratch = None if args.storage else tempfile.TemporaryDirectory(prefix="zerosync_tune_")  # removed at the end
 ray.init(address="local", num_cpus=2 if q else None, include_dashboard=False)
 try:
     tuner = tune.Tuner(
         ZeroSyncDQN,
         param_space=config,
         run_config=tune.RunConfig(
-            name="zerosync_sweep", storage_path=args.storage or tempfile.mkdtemp(prefix="zerosync_tune_"),
+            name="zerosync_sweep", storage_path=args.storage or scratch.name,
             stop={"training_iteration": 8 if q else 60}, verbose=0),
     )
     results = tuner.fit()
@@ -61,3 +62,5 @@ try:
           f"{metric}={best.metrics['env_runners']['episode_return_mean']:.2f} ({best.path})")
 finally:
     ray.shutdown()
+    if scratch is not None:
+        scratch.cleanup()

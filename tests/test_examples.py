@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,8 +14,11 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 
 
-def _run(script: str, *args: str, timeout: float = 180) -> str:
+def _run(script: str, *args: str, timeout: float = 180, tmpdir: Path | None = None) -> str:
+    """stdout of ``script --quick args``; ``tmpdir``: its temporary directories go there (TMPDIR)."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if tmpdir is not None:  # Ray's own session files stay where they were (its socket paths are short)
+        env.update(TMPDIR=str(tmpdir), RAY_TMPDIR=os.environ.get("RAY_TMPDIR", tempfile.gettempdir()))
     env.pop("RAY_ADDRESS", None)  # each example starts its own local Ray instance
     proc = subprocess.run([sys.executable, str(EXAMPLES / script), "--quick", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
@@ -46,7 +50,8 @@ def test_tune_sweep(tmp_path):
 
 
 def test_export_policy(tmp_path):
-    out = _run("export_policy.py", "--run-dir", str(tmp_path))
+    out = _run("export_policy.py", tmpdir=tmp_path)  # the default run directory: temporary
+    assert not list(tmp_path.glob("zerosync_*")), "the example left its temporary run directory"
     assert re.search(r"^exported torchscript: .*\.pt ", out, re.M), out
     rows = re.findall(r"^\s*\d+\s+[0-4]\s+[-\d.]+\s+(MARKET|LIMIT|PASSIVE)\s+\w+$", out, re.M)
     assert len(rows) == 5, out
