@@ -33,6 +33,7 @@ runner first waits up to ``env_runner_restart_timeout_s`` for one to come back, 
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 import warnings
 from dataclasses import dataclass
@@ -108,6 +109,15 @@ class ZeroSyncDQNConfig(DQNConfig):
             "type": "EpisodeReplayBuffer",
             "capacity": 1,
         }
+        self.log_dir: Optional[str] = None
+        """The algorithm's log folder (``Algorithm.logdir``; :meth:`log_to`); None: RLlib's default."""
+
+    def log_to(self, log_dir: Optional[str]) -> "ZeroSyncDQNConfig":
+        """Put the algorithm's log folder (``Algorithm.logdir``, made when it is built) at ``log_dir``
+        (a run's ``<run>/rllib/``) instead of a new ``~/ray_results/<timestamp>/`` per algorithm;
+        None keeps RLlib's default. Under Tune the trial's own directory is used either way."""
+        self.log_dir = None if log_dir is None else str(log_dir)
+        return self
 
     @override(DQNConfig)
     def training(
@@ -355,6 +365,17 @@ class ZeroSyncDQN(DQN):
     @override(DQN)
     def get_default_config(cls) -> ZeroSyncDQNConfig:
         return ZeroSyncDQNConfig()
+
+    @override(DQN)
+    def _setup_logdir(self) -> None:
+        """Trainable's log folder at ``config.log_dir`` (:meth:`ZeroSyncDQNConfig.log_to`) when it is
+        set and no Tune trial owns the storage; otherwise RLlib's own choice."""
+        log_dir = getattr(self.config, "log_dir", None)
+        if self._storage or not log_dir:
+            super()._setup_logdir()
+            return
+        os.makedirs(log_dir, exist_ok=True)
+        self._logdir = str(log_dir)
 
     @override(DQN)
     def setup(self, config) -> None:

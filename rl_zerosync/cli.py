@@ -43,7 +43,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a setting, e.g. --set run.iterations=5 (repeatable)")
     t.add_argument("--resume", default=None, metavar="DIR",
-                   help="run or checkpoint directory to continue from (its newest undamaged checkpoint)")
+                   help="run or checkpoint directory to continue from (its newest undamaged checkpoint); with "
+                        "--seeds the sweep's directory: finished seeds are read back, the others continue")
     t.add_argument("--overwrite", action="store_true",
                    help="clear the run directory's outputs (metrics, TensorBoard, checkpoints, evaluation) "
                         "first; without it or --resume a directory that holds a run is refused")
@@ -219,8 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     Exit codes: 0 done; 1 a walk-forward with a fold that ended without an evaluation; 2 a bad
     input (``EXIT_INPUT``, also a run directory that disappeared during the run); 3 a guard halt
     (``EXIT_HALTED``); 4 a failed write (``EXIT_WRITE``: disk full, read-only); 128 + the signal
-    for a run (or a walk-forward's fold) stopped by SIGINT (130) or SIGTERM (143) after its
-    checkpoint was written.
+    for a run (or a walk-forward's fold) stopped by SIGINT (130), SIGTERM (143) or SIGHUP (129, a
+    closed terminal) after its checkpoint was written (also during the end-of-run evaluation, which
+    is then not written).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("RL_ZEROSYNC_DEBUG", "") not in ("", "0")
@@ -400,9 +402,6 @@ def _command(args) -> int:
         if args.seeds is not None:
             from rl_zerosync.run.seeds import parse_seeds, summary_line, train_seeds
 
-            if args.resume:
-                print("error: --seeds and --resume cannot be combined", file=sys.stderr)
-                return 2
             try:
                 seeds = parse_seeds(args.seeds)
             except ValueError as err:
@@ -413,33 +412,51 @@ def _command(args) -> int:
                 return 2
             from rl_zerosync.run.seeds import POPULATION_DIR, together_blocker, together_line
 
+            parent = settings.run_dir
+            if args.resume and Path(args.resume).resolve() != parent.resolve():
+                print(f"error: --resume {args.resume} with --seeds: expected the sweep's directory {parent} "
+                      "(run.dir/run.name of the config)", file=sys.stderr)
+                return 2
+            if args.resume and (parent / POPULATION_DIR).exists():
+                print(f"error: --resume {parent}: the sweep trained as one population process ({parent / POPULATION_DIR}"
+                      "/); a population cannot be resumed yet: pass --overwrite to train the seeds again",
+                      file=sys.stderr)
+                return 2
             why = ("--parallel given" if args.parallel is not None else "--processes given" if args.processes
-                   else together_blocker(settings, seeds))
+                   else "--resume given" if args.resume else together_blocker(settings, seeds))
             together = why is None
             parallel = args.parallel or 1
             print(together_line(settings, seeds) if together else
                   f"seeds {','.join(map(str, seeds))}: one process per seed, {parallel} at a time ({why})", flush=True)
-            parent = settings.run_dir
             try:
                 # The parent is locked for the whole sweep; every seed's directory (or the population's)
                 # is checked (and with --overwrite cleared) here, then locked again by its own process.
                 with RunLock(parent):
-                    for name in ([POPULATION_DIR] if together else [f"seed{seed}" for seed in seeds]):
+                    plans = None
+                    if args.resume:
+                        from rl_zerosync.run.seeds import seed_plans
+
+                        plans = seed_plans(args.config, args.set, parent, seeds)
+                    for name in ([POPULATION_DIR] if together else
+                                 [f"seed{seed}" for seed in seeds if plans is None or plans[seed][0] == "trained"]):
                         RunDir.claim(parent / name, overwrite=args.overwrite,
-                                     hint="pass --overwrite to train the seeds again").close()
+                                     hint=f"pass --resume {parent} to continue the sweep or --overwrite to "
+                                          "train the seeds again").close()
                     if together and (parent / POPULATION_DIR / "population.json").is_file():
                         if not args.overwrite:
                             raise RunExistsError(f"{parent / POPULATION_DIR} already holds a population "
                                                  f"(population.json); pass --overwrite to train the seeds again",
                                                  parent / POPULATION_DIR)
                         (parent / POPULATION_DIR / "population.json").unlink()
-                    report = train_seeds(args.config, args.set, seeds, parallel=parallel, together=together)
+                    report = train_seeds(args.config, args.set, seeds, parallel=parallel, together=together,
+                                         plans=plans)
             except RunDirError as err:
                 _run_dir_error(err, args, resume=False)
                 return 2
             if report.get("partial"):
                 print(f"seeds: interrupted; {len(report['per_seed'])} finished, unfinished "
-                      f"{report['unfinished_seeds']} (checkpoints kept); seeds.json marked partial", flush=True)
+                      f"{report['unfinished_seeds']} (checkpoints kept); seeds.json marked partial; "
+                      f"--resume {parent} continues it", flush=True)
                 print(f"seeds report: {report['path']}", flush=True)
                 return 128 + int(report.get("interrupted_by") or signal.SIGTERM)
             print(summary_line(report), flush=True)

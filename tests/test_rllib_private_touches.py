@@ -47,3 +47,23 @@ def test_check_component_helper_exists():
     # (Ray's tracing hooks may append a ``_ray_trace_ctx`` parameter once Ray has run in this process.)
     assert list(inspect.signature(Checkpointable._check_component).parameters)[:4] == [
         "self", "name", "components", "not_components"]
+
+
+def test_trainable_makes_its_log_folder_through_the_overridden_hook():
+    # ZeroSyncDQN._setup_logdir puts Algorithm.logdir inside the run directory (config.log_dir).
+    from ray.tune.trainable import Trainable
+
+    assert "self._setup_logdir()" in _source(Trainable.__init__)
+    assert "self._storage = storage" in _source(Trainable.__init__)
+    src = _source(Trainable._setup_logdir)
+    assert "self._logdir = " in src and "DEFAULT_STORAGE_PATH" in src
+    assert "return self._logdir" in _source(Trainable.logdir.fget)
+
+
+def test_the_log_folder_goes_where_the_config_says(tmp_path):
+    from rl_zerosync.algorithm import ZeroSyncDQN, ZeroSyncDQNConfig
+
+    algo = ZeroSyncDQN.__new__(ZeroSyncDQN)  # the hook alone, on the attributes Trainable.__init__ sets first
+    algo.config, algo._storage = ZeroSyncDQNConfig().log_to(str(tmp_path / "run" / "rllib")), None
+    algo._setup_logdir()
+    assert algo.logdir == str(tmp_path / "run" / "rllib") and (tmp_path / "run" / "rllib").is_dir()

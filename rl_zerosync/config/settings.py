@@ -424,6 +424,7 @@ def to_rllib_config(s: Settings):
     ``learner_config_dict``); the ``model`` keys as ``model_config`` (``dueling`` also as DQNConfig's)."""
     from rl_zerosync.algorithm import ZeroSyncDQNConfig
     from rl_zerosync.envs.gym_twin import ENV_ID_IMPORTABLE
+    from rl_zerosync.rundir.run_dir import RLLIB_LOG_DIR
 
     values = _rllib_values(s.algo)
     calls: dict[str, dict] = {"env_runners": {}, "fault_tolerance": {}, "learners": {}, "training": {}}
@@ -443,5 +444,6 @@ def to_rllib_config(s: Settings):
         .rl_module(model_config={key: copy.deepcopy(getattr(s.model, key)) for key in MODEL_KEYS})
         .debugging(seed=s.run.seed)
         .reporting(min_sample_timesteps_per_iteration=0, min_time_s_per_iteration=0)
+        .log_to(str(s.run_dir / RLLIB_LOG_DIR))  # not a new ~/ray_results/<timestamp>/ per run
     )
     return config

@@ -1,10 +1,10 @@
 """Child processes of a driver (``--seeds``): they die with their driver, stop with it on SIGTERM /
-SIGINT, and its report is written atomically.
+SIGINT / SIGHUP, and its report is written atomically.
 
 * :func:`spawn` starts a child in the driver's process group with ``PR_SET_PDEATHSIG`` = SIGTERM
   (Linux): when the driver dies, even by SIGKILL, the child gets SIGTERM, writes its checkpoint and
   exits 143, instead of training on alone.
-* :class:`Stop` turns SIGTERM / SIGINT in the driver into :class:`Stopped` (its ``signum``), so the
+* :class:`Stop` turns SIGTERM / SIGINT / SIGHUP (a closed terminal) in the driver into :class:`Stopped` (its ``signum``), so the
   driver can pass the signal on to its children (:func:`stop_all`) and mark its report partial.
 * :func:`write_json_atomic`: ``<name>.tmp``, fsync, rename: a reader sees the old file or the new one.
 """
@@ -24,7 +24,7 @@ STOP_WAIT_S = 300.0
 
 
 class Stopped(Exception):
-    """The driver got SIGTERM or SIGINT (``signum``)."""
+    """The process got one of :data:`STOP_SIGNALS` (``signum``)."""
 
     def __init__(self, signum: int):
         self.signum = int(signum)
@@ -56,11 +56,13 @@ def stop_all(procs: Iterable[subprocess.Popen], signum: int = signal.SIGTERM, wa
             p.wait()
 
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""The graceful stops: Ctrl-C, ``kill`` / a scheduler, a closed terminal (exit 128 + the signal:
+130, 143, 129)."""
 
 
 def install_stop_handlers(handler) -> dict:
-    """Set ``handler`` for SIGINT and SIGTERM (main thread only: elsewhere Python refuses, and the
+    """Set ``handler`` for :data:`STOP_SIGNALS` (main thread only: elsewhere Python refuses, and the
     previous handlers stay); returns the previous handlers for :func:`restore_handlers`."""
     previous = {}
     for sig in STOP_SIGNALS:
@@ -77,7 +79,7 @@ def restore_handlers(previous: dict) -> None:
 
 
 class Stop:
-    """A context in which SIGTERM / SIGINT raise :class:`Stopped` (the previous handlers restored after)."""
+    """A context in which :data:`STOP_SIGNALS` raise :class:`Stopped` (the previous handlers restored after)."""
 
     def __enter__(self) -> "Stop":
         self._previous = install_stop_handlers(self._raise)

@@ -15,6 +15,14 @@ asset, :func:`rl_zerosync.evaluation.evidence.pooled_evidence`); ``evidence`` ad
 trials counted (the rule variants once, every seed's checkpoints compared on validation).
 A selection sweep (``train_seeds(..., test=False)``) never reads the test segment: its seeds.json
 holds validation numbers only.
+
+``train --seeds ... --resume <dir>/<name>`` continues an interrupted sweep of one process per seed
+(:func:`seed_plans`, the walk-forward's rules per fold): a finished seed (its evaluation written
+after its newest checkpoint at ``run.iterations`` or an early stop) is read back, not retrained; an
+interrupted one continues from its newest valid checkpoint (``train --resume``, which refuses changed
+settings or data); one stopped before its first checkpoint starts again (``--overwrite`` of that
+seed's directory alone); a seed not started yet trains. A sweep trained as one population process
+is not resumed (a population has no resume yet).
 """
 from __future__ import annotations
 
@@ -204,16 +212,39 @@ def together_line(settings, seeds: Sequence[int]) -> str:
             f"{POPULATION_DIR}/member<k> (member k = the k-th seed)")
 
 
+def seed_settings(config: str, overrides: Sequence[str], parent: Path, seed: int):
+    """The settings of seed ``seed``'s own run in the sweep directory ``parent`` (what its process loads)."""
+    from rl_zerosync.config.settings import load
+
+    return load(config, [*overrides, f"run.seed={seed}", f"run.dir={parent}", f"run.name=seed{seed}"])
+
+
+def seed_plans(config: str, overrides: Sequence[str], parent: Path, seeds: Sequence[int]) -> dict[int, tuple[str, str]]:
+    """What a resumed sweep does with each seed: ``(plan, why)``, the plan one of
+    :data:`~rl_zerosync.run.walkforward.FOLD_PLANS` (reused, resumed, restarted, trained) by
+    :func:`~rl_zerosync.run.walkforward.fold_plan` on the seed's run directory ``<parent>/seed<k>``."""
+    from rl_zerosync.run.walkforward import fold_plan
+
+    plans = {}
+    for seed in seeds:
+        plan, why, _ = fold_plan(seed_settings(config, overrides, parent, seed))
+        plans[seed] = (plan, why)
+    return plans
+
+
 def train_seeds(config: str, overrides: Sequence[str], seeds: Sequence[int], *, parallel: int = 1,
                 name_suffix: str = "", test: bool = True,
-                extra_trials: dict[str, Any] | None = None, together: bool = False) -> dict[str, Any]:
+                extra_trials: dict[str, Any] | None = None, together: bool = False,
+                plans: dict[int, tuple[str, str]] | None = None) -> dict[str, Any]:
     """Train ``config`` once per seed in subprocesses, ``parallel`` at a time; write seeds.json.
 
     ``together``: the seeds as the members of one population process instead (``<parent>/population/
     member<k>``, member k = the k-th seed: bit for bit the k-th seed's own run on a CPU; see
     :func:`together_blocker` for when it can). ``test=False`` (a selection sweep): the runs end
     without their evaluation (``run.evaluate=false``, so no test segment is read) and seeds.json holds
-    validation only (:func:`validation_record`). ``extra_trials``: see :func:`seeds_evidence`."""
+    validation only (:func:`validation_record`). ``extra_trials``: see :func:`seeds_evidence`.
+    ``plans``: a resumed sweep (one process per seed; :func:`seed_plans`): reused seeds are read back,
+    the others resumed, restarted or trained."""
     from rl_zerosync.config.settings import load
 
     if not test:
@@ -230,12 +261,22 @@ def train_seeds(config: str, overrides: Sequence[str], seeds: Sequence[int], *, 
     failed: dict[int, int] = {}
     walls: dict[int, float] = {}
     dirs = {s: parent / (f"{POPULATION_DIR}/member{k}" if together else f"seed{s}") for k, s in enumerate(seeds)}
+    if together and plans:
+        raise ValueError("a sweep trained as one population process cannot be resumed (a population has no "
+                         "resume yet); pass --overwrite to train the seeds again")
+    plans = plans or {}
+    for seed, (plan, why) in plans.items():
+        print(f"seed {seed}: {plan} ({why})", flush=True)
+        if plan == "reused":
+            walls[seed] = 0.0
+    pending = [s for s in seeds if plans.get(s, ("trained",))[0] != "reused"]
     try:
         with Stop():
             if together:
                 _run_together(base, parent, seeds, running, failed, walls)
             else:
-                _run_seeds(config, overrides, parent, list(seeds), running, failed, walls, parallel)
+                _run_seeds(config, overrides, parent, pending, running, failed, walls, parallel,
+                           {s: plans[s][0] for s in plans})
     except Stopped as stop:
         stop_all(p for p, _, _ in running.values())
         return _partial_report(config, overrides, parent, seeds, walls, stop.signum, dirs)
@@ -264,9 +305,11 @@ def train_seeds(config: str, overrides: Sequence[str], seeds: Sequence[int], *, 
 
 
 def _run_seeds(config, overrides, parent: Path, pending: list, running: dict, failed: dict, walls: dict,
-               parallel: int) -> None:
+               parallel: int, plans: dict[int, str] | None = None) -> None:
     """Start the pending seeds ``parallel`` at a time and wait for them (``running``, ``failed`` and
-    ``walls`` are updated in place, so an interrupt knows what was running)."""
+    ``walls`` are updated in place, so an interrupt knows what was running). ``plans``: a resumed
+    seed's ``train --resume`` of its directory, a restarted one's ``--overwrite``."""
+    plans = plans or {}
     while pending or running:
         while pending and len(running) < parallel:
             seed = pending.pop(0)
@@ -275,7 +318,9 @@ def _run_seeds(config, overrides, parent: Path, pending: list, running: dict, fa
             cmd = [sys.executable, "-m", "rl_zerosync", "train", "--config", str(config),
                    *[x for o in overrides for x in ("--set", o)],
                    "--set", f"run.seed={seed}", "--set", f"run.dir={parent}", "--set", f"run.name=seed{seed}"]
-            log = open(run_dir / "train.log", "w")
+            plan = plans.get(seed)
+            cmd += ["--resume", str(run_dir)] if plan == "resumed" else ["--overwrite"] if plan == "restarted" else []
+            log = open(run_dir / "train.log", "a" if plan == "resumed" else "w")
             running[seed] = (spawn(cmd, log), log, time.perf_counter())
             print(f"seed {seed}: started ({run_dir / 'train.log'})", flush=True)
         time.sleep(0.5)

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 
-from rl_zerosync.run.children import install_stop_handlers, restore_handlers
+from rl_zerosync.run.children import Stop, Stopped, install_stop_handlers, restore_handlers
 from rl_zerosync.rundir.checkpoints import BEST_DIR, best_or_last
 from rl_zerosync.rundir.progress import Progress, say, say_raw
 from rl_zerosync.rundir.run_dir import EVALUATION_DIR, EVALUATION_NAMES, RunDir
@@ -33,8 +34,9 @@ def init_ray(settings: Settings) -> None:
 
 
 class _Interrupt:
-    """Turns SIGINT/SIGTERM into a flag checked between iterations (a second Ctrl-C stops at once; a
-    second SIGTERM changes nothing: the checkpoint is written, then the run exits 128 + signal)."""
+    """Turns SIGINT/SIGTERM/SIGHUP into a flag checked between iterations (a second Ctrl-C stops at
+    once; a second SIGTERM or SIGHUP changes nothing: the checkpoint is written, then the run exits
+    128 + signal: 130, 143, 129)."""
 
     def __init__(self):
         self.requested = False
@@ -291,7 +293,16 @@ def _train_loop(settings: Settings, run_dir: RunDir, algo, ckpt) -> dict:
             result["interrupted_by"] = interrupt.signum
             return result
         if settings.run.evaluate:
-            report = loop.evaluate()
+            try:
+                with Stop():  # the project's handlers through the evaluation too: a stop is a line and 128 + signal
+                    report = loop.evaluate()
+            except Stopped as stop:
+                name = signal.Signals(stop.signum).name
+                say(f"interrupt ({name}) during the end-of-run evaluation: no evaluation written (the checkpoint "
+                    f"is; `rl-zerosync evaluate --checkpoint {run_dir.path}` writes it); the run exits "
+                    f"{128 + stop.signum}", stream=sys.stderr)
+                result["interrupted_by"] = stop.signum
+                return result
             say(report["summary_line"])
             say(report["verdict_line"])
             result["evaluation"] = report

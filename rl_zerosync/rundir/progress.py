@@ -38,7 +38,8 @@ _RUNNING = (("episode_return_running", ("env_runners", "episode_return_mean")),
 
 
 def _closed_pipe(err: BaseException) -> bool:
-    return isinstance(err, BrokenPipeError) or (isinstance(err, OSError) and err.errno == errno.EPIPE)
+    """The reader went away: a closed pipe (EPIPE) or a hung-up terminal (EIO, after SIGHUP)."""
+    return isinstance(err, BrokenPipeError) or (isinstance(err, OSError) and err.errno in (errno.EPIPE, errno.EIO))
 
 
 def silence(stream) -> None:
