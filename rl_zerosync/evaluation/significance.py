@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, Sequence, Union
+from typing import TYPE_CHECKING, Literal, Sequence, Union
 
 import numpy as np
-from arch.bootstrap import CircularBlockBootstrap, StationaryBootstrap, optimal_block_length
+
+if TYPE_CHECKING:  # arch (and the matplotlib it imports) only where a bootstrap runs: not at a run's start
+    from arch.bootstrap import CircularBlockBootstrap, StationaryBootstrap
 
 from rl_zerosync.evaluation.metrics import sharpe_ratio
 
@@ -114,6 +116,8 @@ def block_length_for(x: np.ndarray, bootstrap: Bootstrap = "stationary",
         if cols.shape[1] == 0:
             b, how = 1.0, "constant series"
         else:
+            from arch.bootstrap import optimal_block_length
+
             est = float(np.max(optimal_block_length(cols)[bootstrap].to_numpy()))
             if not math.isfinite(est):
                 raise ValueError(f"block_length: the Politis-White estimate is undefined ({est}) for these "
@@ -126,6 +130,8 @@ def block_length_for(x: np.ndarray, bootstrap: Bootstrap = "stationary",
 
 def _bootstrap(kind: Bootstrap, block: float, data: np.ndarray,
                rng: np.random.Generator) -> StationaryBootstrap | CircularBlockBootstrap:
+    from arch.bootstrap import CircularBlockBootstrap, StationaryBootstrap
+
     if kind == "stationary":
         return StationaryBootstrap(block, data, seed=rng)
     return CircularBlockBootstrap(int(block), data, seed=rng)
