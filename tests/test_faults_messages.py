@@ -201,3 +201,20 @@ def test_an_unadjusted_split_of_x1_6_is_caught_by_the_default_threshold(tmp_path
                                          r"per bar: a spike or a split left unadjusted\?"):
         load_market([str(path)], spread_bps=5.0, max_abs_log_return=DEFAULT_MAX_ABS_LOG_RETURN)
     check_log_returns("x", np.array([100.0, 125.0]), DEFAULT_MAX_ABS_LOG_RETURN)  # 5:4 passes
+
+
+def test_a_full_disk_during_an_evaluation_names_the_path_and_keeps_the_previous(tmp_path):
+    import errno
+
+    out = tmp_path / "ev"
+    with pytest.raises(OSError, match=rf"cannot write the evaluation into {tmp_path}/ev\.tmp: No space left on "
+                                      rf"device; nothing of it was left \({out} not made\)"):
+        with written_whole(out, {"checkpoint": "a", "data": None}):
+            raise OSError(errno.ENOSPC, "No space left on device")
+    with written_whole(out, {"checkpoint": "a", "data": None}) as tmp:
+        (tmp / "metrics.json").write_text("{}")
+    with pytest.raises(OSError, match=rf"into {tmp_path}/ev\.tmp/bars_test\.csv: No space left on device; the "
+                                      rf"previous {out} is as it was"):
+        with written_whole(out, {"checkpoint": "a", "data": None}) as tmp:
+            raise OSError(errno.ENOSPC, "No space left on device", str(tmp / "bars_test.csv"))
+    assert sorted(os.listdir(tmp_path)) == ["ev"] and (out / "metrics.json").is_file()

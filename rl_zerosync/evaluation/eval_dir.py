@@ -13,7 +13,8 @@
   was and no ``.tmp`` behind. One writer at a time per directory: ``<dir>.lock`` (an ``flock`` on a
   file beside the directory, removed by its holder) is held from ``.tmp`` to the swap, and a second evaluation
   into the same directory meanwhile is refused naming the holder (:class:`EvaluationBusyError`);
-  replacing the evaluation of another checkpoint or other data prints a warning naming both.
+  replacing the evaluation of another checkpoint or other data prints a warning naming both. A
+  write that fails inside (a full disk) is an ``OSError`` naming the file (or ``.tmp``) and what is kept.
 
 An evaluation directory holds :data:`MARKER` (what was evaluated), ``metrics.json``, ``report.png``,
 ``bars_<segment>``/``portfolio_<segment>`` ``.csv``/``.parquet``, ``series.json`` (what they are:
@@ -23,6 +24,7 @@ may add ``tearsheet.json`` / ``tearsheet.html`` (replaced with the rest by the n
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -43,6 +45,9 @@ OUTPUT_NAME = re.compile(r"^(metrics\.json|report\.png|series\.json|(bars|portfo
                          r"|returns_[A-Za-z0-9_-]+\.npz|tearsheet\.(json|html))$")
 """The files an evaluation writes (besides :data:`MARKER`), and the tear sheets ``rl-zerosync report``
 adds to it (:mod:`rl_zerosync.evaluation.tearsheet`)."""
+WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO)
+"""A failed write inside an evaluation (a full disk, a file size limit, a read-only file system):
+re-raised naming the file, or the evaluation's ``.tmp``, and what is kept."""
 MAX_STEM = 200
 """Characters of a file's stem kept in ``evaluation_<stem>`` (a directory name is at most 255 bytes)."""
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -248,6 +253,13 @@ def _written_whole(out: Path, marker: dict) -> Iterator[Path]:
     try:
         (tmp / MARKER).write_text(json.dumps(marker) + "\n")
         yield tmp
+    except OSError as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if err.errno not in WRITE_ERRNOS:
+            raise
+        kept = f"the previous {out} is as it was" if out.exists() else f"nothing of it was left ({out} not made)"
+        raise OSError(err.errno, f"cannot write the evaluation into {err.filename or tmp}: "
+                                 f"{err.strerror or err}; {kept}") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
