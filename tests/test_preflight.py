@@ -86,6 +86,19 @@ def data_dir(tmp_path_factory) -> Path:
     (d / "a_folder.csv").mkdir()
     (d / "a_file").write_text("not a folder")
     (d / "noclose.csv").write_text((d / "good.csv").read_text().replace("Date,Close", "Date,Price", 1))
+    # fourth round: prices that never move or jump by a split, paths that are no file, unreadable files
+    _write_csv(d / "flat.csv", edit=lambda r: [row.__setitem__(1, "100.0") for row in r])
+    _write_csv(d / "split.csv", edit=lambda r: [row.__setitem__(1, repr(float(row[1]) / 1.6)) for row in r[300:]])
+    _write_csv(d / "negative.csv", edit=lambda r: _set(r, 9, 1, "-3.5"))
+    _write_csv(d / "inf.csv", edit=lambda r: _set(r, 11, 1, "inf"))
+    _write_csv(d / "text_close.csv", edit=lambda r: _set(r, 13, 1, "n/a-price"))
+    _write_csv(d / "bad_date.csv", edit=lambda r: _set(r, 20, 0, "2020-02-30"))
+    (d / "loop.csv").symlink_to(d / "loop.csv")
+    (d / "dangling.csv").symlink_to(d / "no_such_target.csv")
+    (d / "empty.csv").write_text("")
+    (d / "header_only.csv").write_text("Date,Close\n")
+    (d / "semicolons.csv").write_text((d / "good.csv").read_text().replace(",", ";"))
+    (d / "binary.csv").write_bytes(bytes(range(256)) * 8)
     return d
 
 
@@ -248,6 +261,56 @@ CASES = [
                                    "data": {"source": "synthetic", "num_assets": 2, "num_bars": 400},
                                    "env": {"episode_len": 128}, "runner": {"device": "cpu"}},
      ["data split 'validation'", "synthetic series", "asset 'synth0'", "needs at least 129"]),
+    # fourth round: names and paths that are no file, prices that never move or jump, unreadable files, bounds
+    ("run-name-300-chars", lambda d: _csv_cfg(d, run={"name": "r" * 300}),
+     ["run.name: got a name of 300 characters", "at most 200 bytes"]),
+    ("data-path-tilde", lambda d: _csv_cfg(d, data={"paths": ["~/no_such_rl_zerosync_dir/x.csv"]}),
+     ["~/no_such_rl_zerosync_dir/x.csv: not found", "'~' is not expanded", "write the full path"]),
+    ("data-path-symlink-loop", lambda d: _csv_cfg(d, "loop.csv"), ["loop.csv", "a loop of symbolic links"]),
+    ("data-path-dangling-link", lambda d: _csv_cfg(d, "dangling.csv"),
+     ["dangling.csv", "a symbolic link to", "no_such_target.csv, which does not exist"]),
+    ("constant-close", lambda d: _csv_cfg(d, "flat.csv"),
+     ["flat.csv", "'Close'", "every one of the 600 closes is 100.0", "zero variance"]),
+    ("unadjusted-split-x1.6", lambda d: _csv_cfg(d, "split.csv"),
+     ["split.csv", "row 300", "(x0.633)", "data.max_abs_log_return = 0.4", "split left unadjusted"]),
+    ("negative-close", lambda d: _csv_cfg(d, "negative.csv"), ["negative.csv", "'Close'", "row 9", "-3.5"]),
+    ("inf-close", lambda d: _csv_cfg(d, "inf.csv"), ["inf.csv", "'Close'", "row 11", "finite price > 0"]),
+    ("text-close", lambda d: _csv_cfg(d, "text_close.csv"), ["text_close.csv", "'Close'", "row 13", "n/a-price"]),
+    ("impossible-date", lambda d: _csv_cfg(d, "bad_date.csv"), ["bad_date.csv", "'Date'", "row 20", "2020-02-30"]),
+    ("empty-file", lambda d: _csv_cfg(d, "empty.csv"), ["empty.csv", "cannot be read as csv"]),
+    ("header-only", lambda d: _csv_cfg(d, "header_only.csv"), ["header_only.csv", "0 rows"]),
+    ("semicolon-csv", lambda d: _csv_cfg(d, "semicolons.csv"), ["semicolons.csv", "missing column"]),
+    ("binary-file", lambda d: _csv_cfg(d, "binary.csv"), ["binary.csv"]),
+    ("data-paths-empty", lambda d: _csv_cfg(d, data={"paths": []}), ["data.paths"]),
+    ("data-source-unknown", lambda d: _csv_cfg(d, data={"source": "excel"}), ["data.source", "'excel'"]),
+    ("periods-per-year-zero", lambda d: _csv_cfg(d, data={"periods_per_year": 0}), ["data.periods_per_year", "0"]),
+    ("periods-per-year-text", lambda d: _csv_cfg(d, data={"periods_per_year": "daily"}),
+     ["data.periods_per_year", "'daily'"]),
+    ("split-negative", lambda d: _csv_cfg(d, data={"split": {"train": 1.2, "validation": -0.1, "test": -0.1}}),
+     ["data.split"]),
+    ("close-column-unknown", lambda d: _csv_cfg(d, data={"columns": {"timestamp": "Date", "close": "Adj Close"}}),
+     ["good.csv", "missing column 'Adj Close'"]),
+    ("iterations-zero", lambda d: _csv_cfg(d, run={"iterations": 0}), ["run.iterations", "> 0", "0"]),
+    ("keep-checkpoints-zero", lambda d: _csv_cfg(d, run={"keep_checkpoints": 0}), ["run.keep_checkpoints", "> 0"]),
+    ("eval-every-negative", lambda d: _csv_cfg(d, run={"eval_every": -1}), ["run.eval_every", ">= 0", "-1"]),
+    ("checkpoint-every-negative", lambda d: _csv_cfg(d, run={"checkpoint_every": -5}),
+     ["run.checkpoint_every", ">= 0", "-5"]),
+    ("eval-metric-unknown", lambda d: _csv_cfg(d, run={"eval_metric": "profit"}), ["run.eval_metric", "'profit'"]),
+    ("eval-checkpoint-unknown", lambda d: _csv_cfg(d, run={"eval_checkpoint": "middle"}),
+     ["run.eval_checkpoint", "'middle'"]),
+    ("seed-too-large", lambda d: _csv_cfg(d, run={"seed": 2 ** 40}), ["run.seed", "2**32 - 1"]),
+    ("gamma-over-one", lambda d: _csv_cfg(d, algo={"gamma": 1.5}), ["algo.gamma", "1.5"]),
+    ("batch-size-zero", lambda d: _csv_cfg(d, algo={"batch_size": 0}), ["algo.batch_size", "0"]),
+    ("envs-per-runner-zero", lambda d: _csv_cfg(d, algo={"num_envs_per_runner": 0}), ["algo.num_envs_per_runner"]),
+    ("rollout-length-zero", lambda d: _csv_cfg(d, algo={"rollout_length": 0}), ["algo.rollout_length"]),
+    ("epsilon-over-one", lambda d: _csv_cfg(d, algo={"epsilon": 1.5}), ["algo.epsilon", "1.5"]),
+    ("spread-source-unknown", lambda d: _csv_cfg(d, data={"spread_source": "magic"}), ["spread_source", "'magic'"]),
+    ("hidden-negative", lambda d: _csv_cfg(d, model={"hidden": [16, -4]}), ["model.hidden", "-4"]),
+    ("window-zero", lambda d: _csv_cfg(d, env={"window": 0}), ["EnvParams.window", "got 0"]),
+    ("config-not-a-mapping", lambda d: "- algo\n- data\n", ["pf.yaml"]),
+    ("num-cpus-negative", lambda d: _csv_cfg(d, run={"num_cpus": -1}), ["run.num_cpus", ">= 0", "-1"]),
+    ("n-step-zero", lambda d: _csv_cfg(d, algo={"n_step": 0}), ["algo.n_step", "0"]),
+    ("unknown-section", lambda d: {**_csv_cfg(d), "trainer": {"lr": 0.1}}, ["trainer"]),
 ]
 
 
