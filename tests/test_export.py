@@ -316,81 +316,30 @@ def test_onnx_matches_torchscript(setup, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------- the sidecar
+USAGE = Path(__file__).resolve().parent.parent / "docs" / "usage.md"
+
+
+def _usage_snippet() -> dict:
+    """The serving snippet of docs/usage.md (the python block after ``serve-onnx-snippet``), executed:
+    its names (``sidecar_inputs``, ``act``). What the page shows is what these tests run."""
+    import re
+    import textwrap
+
+    text = USAGE.read_text()
+    m = re.search(r"serve-onnx-snippet.*?\n\s*```python\n(.*?)\n\s*```", text, re.S)
+    assert m, "docs/usage.md lacks the serve-onnx-snippet python block"
+    names: dict = {}
+    exec(compile(textwrap.dedent(m.group(1)), str(USAGE), "exec"), names)  # noqa: S102 - the page's own code
+    return names
+
+
 def _sidecar_inputs(sidecar: dict, bars: dict, position: float) -> tuple[np.ndarray, np.ndarray]:
     """(obs f32[D], market f32[4]) at the last of ``bars`` ({column: float64 array}, oldest first),
-    live, computed from the sidecar's fields alone: numpy and the formulas of ``series`` and
-    ``inputs.*.elements``, no package code (how another language would serve the export)."""
-    series, inputs = sidecar["series"], sidecar["inputs"]
-    close = np.asarray(bars["close"], dtype=np.float64)
-    n = len(close)
-    assert n >= sidecar["bars"]["min_bars"]
-    T = n - 1
-    # spread[t], by spread_source (auto: bid_ask, else corwin_schultz, else fixed)
-    sp = series["spread"]["params"]
-    source = series["spread"]["spread_source"]
-    if source == "auto":
-        source = ("bid_ask" if "bid" in bars and "ask" in bars else "corwin_schultz" if "high" in bars and "low" in bars
-                  else "fixed")
-    if source == "bid_ask":
-        bid, ask = np.asarray(bars["bid"], np.float64), np.asarray(bars["ask"], np.float64)
-        spread = (ask - bid) / ((ask + bid) / 2)
-    elif source == "corwin_schultz":
-        high, low = np.asarray(bars["high"], np.float64), np.asarray(bars["low"], np.float64)
-        beta = np.log(high[:-1] / low[:-1]) ** 2 + np.log(high[1:] / low[1:]) ** 2
-        gamma = np.log(np.maximum(high[:-1], high[1:]) / np.minimum(low[:-1], low[1:])) ** 2
-        k = 3 - 2 * np.sqrt(2)
-        alpha = (np.sqrt(2 * beta) - np.sqrt(beta)) / k - np.sqrt(gamma / k)
-        s = np.maximum(2 * (np.exp(alpha) - 1) / (1 + np.exp(alpha)), 0)  # s[t] for t = 1 .. T
-        w = sp["cs_window"]
-        csum = np.concatenate(([0.0], np.cumsum(s)))
-        t = np.arange(1, n)
-        lo = np.maximum(1, t - w + 1)
-        mean = (csum[t] - csum[lo - 1]) / (t - lo + 1)
-        spread = np.concatenate(([0.0], mean))
-        spread = np.maximum(spread, sp["min_spread_bps"] * 1e-4)
-    else:
-        spread = np.full(n, sp["spread_bps"] * 1e-4)
-    if sp["max_spread_bps"] is not None:
-        spread = np.minimum(spread, sp["max_spread_bps"] * 1e-4)
-    log_ret = np.zeros(n)
-    log_ret[1:] = np.log(close[1:] / close[:-1])
-    v = series["vol"]["params"]
-    vol = np.full(n, v["vol_floor"])
-    num = den = 0.0
-    for t in range(1, n):
-        num = v["decay"] * num + log_ret[t] ** 2
-        den = v["decay"] * den + 1.0
-        vol[t] = np.sqrt(num / den)
-    r = series["ret_norm"]["params"]
-    ret_norm = np.zeros(n)
-    ret_norm[1:] = np.clip(log_ret[1:] / np.maximum(vol[:-1], r["vol_floor"]), -r["ret_clip"], r["ret_clip"])
-    w = series["median_spread"]["params"]["median_window"]
-    median_spread = np.median(spread[max(0, T - w + 1): T + 1])
-    w = series["median_vol"]["params"]["median_window"]
-    median_vol = np.median(vol[max(0, T - w + 1): T + 1])
-    o = series["obs_spread"]["params"]
-    obs_spread = np.clip(np.log(max(spread[T], o["tiny"]) / max(median_spread, o["tiny"])),
-                         -o["ratio_clip"], o["ratio_clip"])
-    o = series["obs_vol"]["params"]
-    obs_vol = np.clip(np.log(max(vol[T], o["vol_floor"]) / max(median_vol, o["vol_floor"])),
-                      -o["ratio_clip"], o["ratio_clip"])
-    values = {"obs_spread": obs_spread, "obs_vol": obs_vol, "position": position, "spread": spread[T],
-              "median_spread": median_spread, "vol": vol[T], "median_vol": median_vol}
-    out = []
-    for name in ("obs", "market"):
-        vec = np.full(inputs[name]["shape"][1], np.nan)
-        for el in inputs[name]["elements"]:
-            a, b = el["index"]
-            if el["name"] == "ret_norm":
-                vec[a:b] = ret_norm[T - (b - a) + 1: T + 1]
-            elif el["name"] == "episode_progress":
-                vec[a:b] = el["live_value"]
-            else:
-                vec[a:b] = values[el["name"]]
-            assert el["dtype"] == "float32"
-        assert not np.isnan(vec).any()
-        out.append(vec.astype(np.float32))
-    return out[0], out[1]
+    live, computed from the sidecar's fields alone by docs/usage.md's snippet: numpy and the formulas
+    of ``series`` and ``inputs.*.elements``, no package code (how another language would serve the export)."""
+    obs, market = _usage_snippet()["sidecar_inputs"](sidecar, bars, position)
+    assert obs.dtype == market.dtype == np.float32 and not np.isnan(obs).any() and not np.isnan(market).any()
+    return obs, market
 
 
 def _windows(count: int, seed: int, ohlc: bool):
@@ -450,6 +399,9 @@ def test_onnx_served_from_the_sidecar_matches_policy_act(setup, mode, tmp_path):
         np.testing.assert_allclose(mk, ref.market, rtol=1e-6, atol=0)
     if mode == "routed":
         assert len({(o, u) for _, o, u in got}) > 1
+    serve = _usage_snippet()["act"]  # the page's whole serving path: sidecar file, inputs, onnxruntime
+    for (bars, pos), want in list(zip(windows, expected))[::70]:
+        assert serve(res["path"], bars, pos) == tuple(int(x) for x in want)
 
 
 def test_sidecar_formulas_are_the_codes(setup, tmp_path):
