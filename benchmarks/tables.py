@@ -649,6 +649,32 @@ def realdata(r) -> str:
     return "\n".join(out)
 
 
+def realdata_sweep(r) -> str:
+    """The panel's training variants read on validation only (``realdata_sweep.json``,
+    ``benchmarks/panel_sweep.py``): per variant the mean over seeds of each run's best-validation
+    checkpoint's Sharpe with the calibrated interval, paired against buy-and-hold, and turnover."""
+    hw, c = r.get("hardware", {}), r["config"]
+    gpu = None if hw.get("device") == "cuda" else f"CPU (no GPU), {hw.get('cpu_count', '?')} cores"
+    out = [_head(r, gpu=gpu), "| variant | seeds | validation Sharpe [95% CI] | − buy-and-hold [95% CI] "
+           "| turnover per bar | best iteration (per seed) |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for v in r["variants"]:
+        s, d = v["validation_sharpe"], v["validation_minus_buy_and_hold"]
+        its = ", ".join(str(x["best_iteration"]) for x in v["per_seed"])
+        out.append(f"| {v['variant']} | {v['seeds']} | {s['estimate']:+.2f} {_ci(s['ci95'])} | {d['estimate']:+.2f} "
+                   f"{_ci(d['ci95'])} | {v['validation_turnover_per_bar']:.3f} | {its} |")
+    ch, bh = r.get("chosen"), r["buy_and_hold_validation_sharpe"]
+    out += ["", f"Buy-and-hold on validation: {bh['estimate']:+.2f} {_ci(bh['ci95'])}; 1x = "
+                f"{c['one_x_iterations']} iterations, seeds {c['seeds']}, {c['design']}."]
+    if ch:
+        dsr = ch["deflated_sharpe"]
+        out.append(f"Chosen on validation: {ch['variant']} ({ch['validation_sharpe']['estimate']:+.2f}), DSR "
+                   f"{dsr['value']:.2f} over {ch['trials']['effective']:.1f} effective trials "
+                   f"({ch['trials']['passes']} validation passes of {ch['runs']} runs).")
+    ft = r.get("final_test")
+    out.append("Test: not read." if not ft else f"Test read once for {ft['variant']} ({ft['date'][:10]}).")
+    return "\n".join(out)
+
+
 # ----------------------------------------------------------------------------------------- main
 TABLES = (
     ("learning_cpu_quick", learning_cpu_quick), ("learning", learning), ("coverage", coverage), ("wholerun", wholerun),
@@ -657,7 +683,7 @@ TABLES = (
     ("stock_syncs", stock_syncs), ("env_runner", env_runner), ("cartpole", cartpole), ("scaling", scaling),
     ("scaling_learner", scaling_learner), ("kernels", kernels), ("env", env),
     ("population_cpu_quick", population_cpu_quick), ("population_update", population_update),
-    ("reliability", reliability), ("realdata", realdata),
+    ("reliability", reliability), ("realdata", realdata), ("realdata_sweep", realdata_sweep),
 )
 """(JSON name in the results folder, printer), in the order of ``docs/results.md``."""
 
