@@ -54,9 +54,11 @@ largest P / that of P = 1 (the same run; ``..._steady`` from the steady-state nu
 Every run directory lies in a temporary folder, removed at the end (``--keep`` keeps it). The JSON
 names repository files by repository path and the temporary folder as ``<tmp>``; it holds the
 commands, the base settings and the generated configs. ``summary``: ``p`` (the list),
-``aggregate_env_steps_per_s_p<max>``, ``speedup_vs_one_member_p<max>``, ``wall_s_p<max>``,
-``syncs_per_population_update`` and ``agents_per_hour_vs_processes`` (the baseline P), with their
-steady-state companions. Full mode writes ``benchmarks/results/population.json``; ``--quick``
+``aggregate_env_steps_per_s_p<max>``, ``speedup_vs_one_member_p<max>``, ``wall_s_p<max>`` (whole
+process), ``build_s_p<max>`` (building the members), ``training_clock_env_steps_per_s_p<max>`` (env steps
+over the population's training clock) and ``graph_captures_p<max>`` (CUDA graphs of its population
+update) from ``population.json``'s ``timing``, ``syncs_per_population_update`` and
+``agents_per_hour_vs_processes`` (the baseline P), with their steady-state companions. Full mode writes ``benchmarks/results/population.json``; ``--quick``
 writes ``population_cpu_quick.json`` in the temp folder unless ``--out`` says otherwise (a smoke
 run never replaces committed results by default).
 """
@@ -179,9 +181,10 @@ def measure(run: dict, parent: Path, wall_s: float) -> dict:
     env_steps = sum(float(r[-1][STEPS_KEY]) for r in rows)
     n_updates = sum(float(r[-1].get(UPDATES_KEY, 0.0)) for r in rows)
     waves = 1 if run["side"] == "population" else math.ceil(p / run["parallel"])
-    pop_iter_s = None
+    pop_iter_s, timing = None, None
     if run["side"] == "population":  # the population's own clock: its members' iterations are one iteration
-        pop_iter_s = json.loads((parent / "population.json").read_text())["timing"]["iteration_train_s"]
+        timing = json.loads((parent / "population.json").read_text())["timing"]
+        pop_iter_s = timing["iteration_train_s"]
     rate_steps, rate_updates, iter_s = [], [], []
     for i in range(n_iter):
         col = [t[i] for t in times]
@@ -202,6 +205,10 @@ def measure(run: dict, parent: Path, wall_s: float) -> dict:
     }
     if run["side"] == "processes":
         out.update(parallel=run["parallel"], waves=waves)
+    if timing is not None:  # population.json's own clock: building the members, training, CUDA graphs
+        out.update(build_s=timing.get("build_s"), training_s=timing.get("training_s"),
+                   training_clock_env_steps_per_s=timing.get("env_steps_per_s"),
+                   graph_captures=timing.get("graph_captures"))
     return out
 
 
@@ -329,6 +336,12 @@ def main() -> int:
                                           "processes: T_i = ceil(p / parallel) * max_k time_this_iter_s[k,i]",
                 "steady_updates_per_s": "as steady_env_steps_per_s with the updates per iteration",
                 "iteration_s": "T_i, iteration by iteration", "iteration_s_median": "median over iterations of T_i",
+                "build_s": "population: population.json's timing.build_s (the members, their population update and "
+                           "rollout built; Python and Ray start-up not included)",
+                "training_s": "population: timing.training_s (sampling and adding, updates, the rest of the "
+                              "members' iterations; validation, logs and checkpoints excluded)",
+                "training_clock_env_steps_per_s": "population: timing.env_steps_per_s = env steps / training_s",
+                "graph_captures": "population: CUDA graphs its population update captured (0 on a CPU)",
                 "member_iteration_s_median": "median over members and iterations of time_this_iter_s (a "
                                              "population member's covers only the part of its iteration after "
                                              "the population's shared sampling and update)",
@@ -377,6 +390,9 @@ def main() -> int:
             f"speedup_vs_one_member_p{big}_steady": ratio(top and top["steady_env_steps_per_s"],
                                                           one and one["steady_env_steps_per_s"]),
             f"wall_s_p{big}": top and top["wall_s"],
+            f"build_s_p{big}": top and top.get("build_s"),
+            f"training_clock_env_steps_per_s_p{big}": top and top.get("training_clock_env_steps_per_s"),
+            f"graph_captures_p{big}": top and top.get("graph_captures"),
             "syncs_per_population_update": syncs["value"],
             "agents_per_hour_vs_processes": comparison["agents_per_hour_vs_processes"],
             "agents_per_hour_vs_processes_p": baseline_p,
