@@ -274,17 +274,25 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | None = None,
     Every step prints a progress line when it ends (:class:`~rl_zerosync.rundir.progress.Steps`:
     ``evaluate n/N | elapsed | <step> <its time>``, live on a terminal); ``quiet``: none (a
     population prints one line per member instead)."""
-    from rl_zerosync.evaluation.evidence import add_evidence
-    from rl_zerosync.evaluation.report_plot import plot_report
-    from rl_zerosync.evaluation.eval_dir import record_in_run, written_whole
-    from rl_zerosync.evaluation.sensitivity import execution_line, execution_report
-    from rl_zerosync.evaluation.verdict import verdict
+    from rl_zerosync.evaluation.threads import one_cpu_thread
     from rl_zerosync.rundir.progress import Steps
 
     segments = ["all"] if data is not None else ["validation", "test"]
     steps = Steps("evaluate", total=len(evaluation_steps(segments)), quiet=quiet)
     with steps.step("load the checkpoint"):
         ev = _load(checkpoint, data, out_dir, which, device, overrides, ensemble)
+    with one_cpu_thread(ev.device):  # the walks step tiny tensors: see evaluation/threads.py
+        return _evaluate_loaded(ev, data, steps)
+
+
+def _evaluate_loaded(ev: "_Evaluation", data: str | None, steps) -> dict[str, Any]:
+    """:func:`evaluate_checkpoint` once the checkpoint is loaded: every step after the first."""
+    from rl_zerosync.evaluation.evidence import add_evidence
+    from rl_zerosync.evaluation.report_plot import plot_report
+    from rl_zerosync.evaluation.eval_dir import record_in_run, written_whole
+    from rl_zerosync.evaluation.sensitivity import execution_line, execution_report
+    from rl_zerosync.evaluation.verdict import verdict
+
     report = _report_head(ev)
     record_in_run(ev.out_dir, ev.ckpt.parent)  # inside the run directory: in its inventory, before writing
     marker = {"checkpoint": str(ev.ckpt.resolve()), "data": str(Path(data).resolve()) if data else None}
