@@ -5,8 +5,9 @@ committed JSON, and the README's headlines quote that page.
   ``docs/results.md`` as a whole table, verbatim, and every other line it prints (block headers,
   summary lines) as a line of the page; every table of the page must be one that ``tables.py``
   prints (no numbers without a JSON behind them).
-* The README's "## Results" section holds no table; every number in it appears in
-  ``docs/results.md``, and each link into the page names one of its headings.
+* The page's "## Headlines" section (one line per result) holds no table, and every number in it
+  appears in the rest of the page; the README holds no results section and no changelog (they
+  live in ``docs/results.md`` and ``CHANGELOG.md``).
 * Relative links of README.md and docs/*.md point to files that exist.
 
 CPU only, a fraction of a second.
@@ -32,11 +33,11 @@ def _results_page() -> str:
     return RESULTS.read_text()
 
 
-def _readme_results() -> str:
-    text = (REPO / "README.md").read_text()
-    m = re.search(r"(?ms)^## Results\n(.*?)(?=^## |\Z)", text)
-    assert m, "README.md has no '## Results' section"
-    return m.group(1)
+def _headlines(page: str) -> tuple[str, str]:
+    """(the page's '## Headlines' section, the page without it)."""
+    m = re.search(r"(?ms)^## Headlines\n(.*?)(?=^## |\Z)", page)
+    assert m, "docs/results.md has no '## Headlines' section"
+    return m.group(1), page[:m.start()] + page[m.end():]
 
 
 def test_every_table_json_is_committed():
@@ -80,12 +81,20 @@ def _without_link_targets(text: str) -> str:
 NUMBER = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?")
 
 
-def test_readme_results_are_headlines_quoting_the_results_page():
-    section = _readme_results()
-    assert not tables.table_blocks(section), "README.md '## Results' holds a table: tables go to docs/results.md"
-    page = _results_page()
-    missing = sorted({n for n in NUMBER.findall(_without_link_targets(section)) if n not in page})
-    assert not missing, f"README.md '## Results' quotes numbers that docs/results.md does not have: {missing}"
+def test_headlines_quote_the_rest_of_the_results_page():
+    section, rest = _headlines(_results_page())
+    assert not tables.table_blocks(section), "docs/results.md '## Headlines' holds a table: tables go to their section"
+    missing = sorted({n for n in NUMBER.findall(_without_link_targets(section)) if n not in rest})
+    assert not missing, f"docs/results.md '## Headlines' quotes numbers that the rest of the page does not have: {missing}"
+
+
+def test_readme_has_no_results_section_and_no_changelog():
+    readme = (REPO / "README.md").read_text()
+    headings = re.findall(r"(?m)^## (.*)$", readme)
+    assert "Results" not in headings, "README.md has a '## Results' section: results go to docs/results.md"
+    assert not any("Fixed" in h or "Changelog" in h or "Changes" in h for h in headings), \
+        "README.md has a changelog section: changes go to CHANGELOG.md"
+    assert (REPO / "CHANGELOG.md").is_file()
 
 
 def _anchor(heading: str) -> str:
@@ -101,7 +110,7 @@ def _links(path: Path):
 
 
 def _docs():
-    return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    return [REPO / "README.md", REPO / "CHANGELOG.md", *sorted((REPO / "docs").glob("*.md"))]
 
 
 @pytest.mark.parametrize("doc", _docs(), ids=lambda p: str(p.relative_to(REPO)))
