@@ -8,8 +8,8 @@ Every table of ``docs/results.md`` is printed here, from the JSON named in :data
 page's labels. ``tests/test_readme_tables.py`` checks that each printed table (a block of lines
 starting with ``|``) is in the page verbatim, that every other line printed here (each block's first
 line, naming the run's date, GPU and versions, and the summary lines) is a line of the page, and that
-the page has no other table. The README's "Results" section holds one headline per result, linking
-to its section of the page.
+the page has no other table. The page's "Headlines" section holds one line per result, linking to
+its section, with no number the rest of the page does not hold (the README quotes no results).
 """
 from __future__ import annotations
 
