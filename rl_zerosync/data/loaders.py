@@ -100,6 +100,8 @@ def load_market(
         for asset, part in _assets(str(path), frame, asset_column):
             where = f"file {path}" + (f", asset {asset!r}" if asset_column else "")
             cols = _resolve_columns(where, part, columns or {})
+            if "timestamp" not in cols and unnamed_dates(part):  # read without them, the bars would have no dates
+                raise ValueError(unnamed_timestamp_error(where, part.columns))
             prices, (spread, source), ts = _clean(where, part, cols, features, spread_source, spread_bps,
                                                   cs_window, min_spread_bps, timestamp_format, dayfirst,
                                                   timestamp_unit, max_spread_bps=max_spread_bps)
@@ -311,8 +313,6 @@ def _resolve_columns(where: str, frame, mapping: Mapping[str, str]) -> dict[str,
                 break
     if "close" not in cols:
         raise ValueError(f"{where}: missing column 'close' (set data.columns.close); found columns {list(frame.columns)}")
-    if "timestamp" not in cols and unnamed_dates(frame):  # read without them, the bars would have no dates
-        raise ValueError(unnamed_timestamp_error(where, frame.columns))
     return cols
 
 
