@@ -49,3 +49,36 @@ def test_a_population_iteration_on_cuda(tmp_path):
                     assert ev[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
         timing = population.timing_summary()
         assert timing["iterations"] == 6 and timing["member_updates"] > 0 and timing["env_steps_per_s"] > 0
+
+
+def test_pbt_steps_capture_no_new_graph_on_cuda(tmp_path):
+    """4 members with PBT at every validation pass and the batched update: the population update is
+    captured once for the whole run, though PBT changed learning rates (written in place into the
+    update's rows and recorded in the hyperparameter table)."""
+    import yaml
+
+    from rl_zerosync.population.lockstep import Population
+    from rl_zerosync.population.members import all_member_settings
+    from rl_zerosync.population.space import parse_population
+    from rl_zerosync.rundir.run_dir import RunDir
+
+    base = load(SMOKE, ["runner.device=cuda", "algo.num_gpus_per_learner=1", "learner.graph=true",
+                        f"run.dir={tmp_path}", "run.name=pbt", "run.iterations=8", "run.eval_every=2",
+                        "run.evaluate=false", "run.checkpoint_every=0"]).to_dict()
+    base["population"] = {"seeds": [0, 1, 2, 3], "pbt_every": 1, "pbt_quantile": 0.25, "update": "batched"}
+    path = tmp_path / "pbt.yaml"
+    path.write_text(yaml.safe_dump(base))
+    settings = load(path)
+    pop = parse_population(settings.population, settings.source)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(RunDir.claim(settings.run_dir))
+        population = Population(settings, pop, all_member_settings(settings, pop), stack)
+        while not population.done:
+            population.step()
+        changes = population.hyperparameters.history
+        assert len(changes) >= 3 and population.lineage  # a PBT step after (almost) every pass
+        assert population.update.graph_captured and population.graph_captures == 1
+        lr = population.update.hyperparameter_rows.lr.flatten().tolist()
+        for k in range(pop.size):  # the rows the graph reads hold the table's lr
+            assert lr[k] == pytest.approx(population.hyperparameters.get(k, "algo.lr"), rel=1e-6)
+        assert population.timing_summary()["graph_captures"] == 1
