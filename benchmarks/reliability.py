@@ -2,7 +2,7 @@
 
 How to run (CPU only; GPUs are hidden from the runs even when present)::
 
-    python -m benchmarks.reliability            # everything: ~6 min on 2 idle cores (~9.5 min busy)
+    python -m benchmarks.reliability            # everything: ~15 min on 2 idle cores (longer when busy)
     python -m benchmarks.reliability --quick    # 5 bad inputs + the concurrent-run fault: ~35 s
     python -m benchmarks.reliability --out FILE --work-dir DIR --keep
 
@@ -76,13 +76,47 @@ Third round (data files and the state around them):
 The new bad inputs (two files of one stem, one file listed twice, assets at different bar rates,
 a YAML alias bomb, a key given twice, a date after 2262) come from ``CASES`` like the others.
 
+Fourth round (one writer per evaluation, damaged metrics rows, stops, the sweep's resume):
+
+* ``concurrent-evaluations-one-out``: a second ``evaluate --out DIR`` started while the first writes
+  ``DIR``: both complete, or the second is refused naming the first's pid (exit 2); ``DIR`` ends whole,
+  no ``.tmp`` / ``.old`` / ``.lock`` beside it, never a raw "No such file".
+* ``evaluation-of-another-checkpoint-replaced-with-a-warning``: ``--which last`` then ``--which best``
+  into one ``--out``: the second warns naming both checkpoints.
+* ``evaluate-full-disk``: ``evaluate`` under a 20 KB file size limit: exit 4, one line naming the
+  evaluation's ``.tmp``, nothing left.
+* ``metrics-row-damaged-before-the-checkpoint``: line 2 of ``metrics.jsonl`` cut in half: ``--resume``
+  refused naming the line and iteration 2, before Ray, the file unchanged;
+  ``metrics-row-torn-after-the-checkpoint``: a torn last line after the checkpoint's row: dropped with
+  a warning naming it, the run completes with rows 1..N once.
+* ``sighup-exit-129-then-resume``: SIGHUP (a closed terminal): checkpoint, lock released, exit 129;
+  ``--resume`` completes 1..N once.
+* ``sigterm-in-end-of-run-evaluation``: SIGTERM as the end-of-run evaluation starts (a launcher wraps
+  ``evaluate_checkpoint``): one line naming the ``evaluate`` command, exit 143, no half evaluation;
+  ``evaluate`` then writes it.
+* ``run-lock-deleted-mid-training``: ``run.lock`` deleted: exit 2 at the next write saying the files
+  stay (never "gone"); ``--resume`` completes 1..N once.
+* ``seeds-sweep-sigterm-then-resume``: ``--seeds 0,1 --processes`` SIGTERMed while seed 1 trains
+  (seed 0 finished): exit 143, ``seeds.json`` partial; ``--resume <sweep>``: seed 0 read back byte for
+  byte, seed 1 resumed with rows 1..N once, ``seeds.json`` complete.
+* ``rllib-log-folder-inside-the-run``: a run with ``HOME`` pointed at an empty folder writes nothing
+  under ``$HOME/ray_results`` (``files_changed_outside_run``) and has ``<run>/rllib/``.
+
+``COMMAND_CASES``: bad inputs of the commands after training (``export --out`` a directory or a
+``.json``, ``evaluate --data ~/...``, ``--out`` a file, ``--set`` outside ``data``, a missing
+checkpoint, ``--resume`` with ``--overwrite``, a sweep's ``--resume`` of another directory), named as
+the train cases are and counted with them. ``summary.failed_or_interrupted_runs`` counts every
+command that had to fail or was stopped (bad inputs, refusals, signals, kills, failed writes) and
+``failed_or_interrupted_runs_nonzero`` those that exited non-zero (goal: all).
+
 Writes ``benchmarks/results/reliability.json`` (``--out``): date, hardware, versions, git (the
 commit and the package files that differ from it), config, every
 case (exit codes, wall times, the error line or the tail of the output, the checks that failed)
 and ``summary``: ``bad_inputs_tried``, ``bad_inputs_named_error`` (goal: = tried),
 ``faults_tried``, ``faults_survived_or_named`` (goal: = tried), ``rows_lost_or_duplicated`` (goal
 0: metrics rows missing from, or repeated in, 1..N after the faults with a row count),
-``files_deleted_outside_run`` (goal 0).
+``files_deleted_outside_run`` (goal 0), ``files_changed_outside_run`` (goal 0),
+``failed_or_interrupted_runs_nonzero`` (goal: = ``failed_or_interrupted_runs``).
 
 Every process a case starts runs in its own session; when a case ends, whatever is left of that
 session (Ray's processes of a killed driver) is SIGKILLed by pid.
@@ -410,6 +444,7 @@ def _named_refusal(r: dict, needles: list[str], *, limit_s: Optional[float] = No
     """Failed checks of a refusal: exit 2, one ``error:`` line with every needle (and, with
     ``one_line``, nothing else on stderr), no traceback, Ray not started, within ``limit_s``."""
     failed = []
+    r["expected_nonzero"] = True  # a refusal: counted among the failed runs that must exit non-zero
     lines = _error_lines(r["stderr"])
     if r["rc"] != 2:
         failed.append(f"exit code {r['rc']}, expected 2")
@@ -432,7 +467,8 @@ def _named_refusal(r: dict, needles: list[str], *, limit_s: Optional[float] = No
 
 def _step(name: str, r: dict, failed: list[str], **extra: Any) -> dict:
     lines = _error_lines(r["stderr"])
-    out = {"step": name, "ok": not failed, "rc": r["rc"], "wall_s": r["wall_s"], **extra}
+    out = {"step": name, "ok": not failed, "rc": r["rc"], "wall_s": r["wall_s"],
+           **({"expected_nonzero": True} if r.get("expected_nonzero") else {}), **extra}
     out.update({k: r[k] for k in ("cpu_s", "load_avg_1m") if k in r})
     if lines:
         out["error_line"] = lines[-1][:1000]
@@ -553,7 +589,8 @@ def fault_kill_mid_training(work: Path, iterations: int) -> dict:
     killed_at = len(_rows(run_dir)[0])
     r = {"rc": a.p.returncode, "wall_s": round(a.wall, 2), "stdout": a.stdout, "stderr": a.stderr}
     steps = [_step("kill -9 the run", r, [] if 0 < killed_at < iterations else
-                   [f"{killed_at} rows at the kill, wanted a kill mid-run"], rows_at_kill=killed_at)]
+                   [f"{killed_at} rows at the kill, wanted a kill mid-run"], rows_at_kill=killed_at,
+                   expected_nonzero=True)]
     again = _run(_cli(*_train_args(root, "k", iterations, *sets)), root, "rerun", timeout=60)
     failed = _named_refusal(again, ["already holds a run", "--resume", "--overwrite"], limit_s=10.0)
     if "taking over the stale lock" not in again["stderr"]:
@@ -810,6 +847,8 @@ def _wait_rows(proc: "Proc", run_dir: Path, n: int, timeout: float = 240) -> int
 
 def _exit_step(name: str, r: dict, rc: int, needles: list[str]) -> dict:
     """A run that must end with exit ``rc`` and (when ``needles``) one error line holding them."""
+    if rc != 0:
+        r["expected_nonzero"] = True
     failed = [] if r["rc"] == rc else [f"exit code {r['rc']}, expected {rc}"]
     if needles:
         lines = _error_lines(r["stderr"])
@@ -868,7 +907,7 @@ def fault_sigterm(work: Path, iterations: int) -> dict:
     failed = [] if rc == 143 else [f"exit code {rc}, expected 143"]
     if not (run_dir / "checkpoint" / "rllib_checkpoint.json").is_file():
         failed.append("no checkpoint after SIGTERM")
-    steps = [_step("SIGTERM", r, failed, rows_at_signal=at)]
+    steps = [_step("SIGTERM", r, failed, rows_at_signal=at, expected_nonzero=True)]
     res = _run(_cli(*_train_args(root, "t", iterations), "--resume", str(run_dir)), root, "resume")
     failed, rows = _completed(res, run_dir, iterations, needles_out=("resumed from",))
     steps.append(_step("--resume", res, failed))
@@ -910,7 +949,7 @@ def fault_walkforward_resume(work: Path) -> dict:
         failed.append("fold 0 had not finished when fold 1 was interrupted")
     if not (fold1 / "checkpoint" / "rllib_checkpoint.json").is_file():
         failed.append("no checkpoint of fold 1 after SIGTERM")
-    steps = [_step("SIGTERM during fold 1", r, failed, rows_at_signal=at)]
+    steps = [_step("SIGTERM during fold 1", r, failed, rows_at_signal=at, expected_nonzero=True)]
     res = _run([*args, "--resume"], root, "resume", timeout=600)
     failed = [] if res["rc"] == 0 else [f"exit code {res['rc']}: {_tail(res['stderr'])}"]
     after0 = {str(f.relative_to(fold0)): f.stat().st_mtime_ns for f in fold0.rglob("*") if f.is_file()}
@@ -937,7 +976,11 @@ def fault_run_dir_deleted(work: Path) -> dict:
     shutil.rmtree(run_dir, ignore_errors=True)
     rc = a.wait(120)
     r = {"rc": rc, "wall_s": round(a.wall, 2), "stdout": a.stdout, "stderr": a.stderr}
-    return _fault("run-dir-deleted-mid-training", [_exit_step("next write", r, 2, ["disappeared during the run"])])
+    step = _exit_step("next write", r, 2, ["disappeared during the run"])
+    if "intact" in r["stderr"]:  # nothing of the run is intact once its directory is gone
+        step["ok"] = False
+        step.setdefault("failed_checks", []).append("says a checkpoint is intact")
+    return _fault("run-dir-deleted-mid-training", [step])
 
 
 def fault_seeds_driver_kill(work: Path) -> dict:
@@ -1090,6 +1133,315 @@ def fault_evaluate_without_best(work: Path, base: Path) -> dict:
     return _fault("evaluate-best-without-checkpoint_best", steps)
 
 
+# ---- fourth round: one writer per evaluation, damaged metrics rows, stops, the sweep's resume -------
+
+# The command line with the end-of-run evaluation interrupted by SIGTERM as it starts.
+SIGTERM_IN_EVALUATION = r'''
+import os, signal, sys, time
+import rl_zerosync.evaluation.evaluate as E
+from rl_zerosync.cli import main
+real = E.evaluate_checkpoint
+def interrupted(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(5)  # the project's handler raises here
+    return real(*args, **kwargs)
+E.evaluate_checkpoint = interrupted
+sys.exit(main(sys.argv[1:]))
+'''
+
+
+def _leftovers(out: Path) -> list[str]:
+    """``<out>.tmp`` / ``.old`` / ``.lock`` left beside an evaluation directory."""
+    return [p.name for p in (out.with_name(out.name + x) for x in (".tmp", ".old", ".lock")) if p.exists()]
+
+
+def fault_concurrent_evaluations(work: Path, base: Path) -> dict:
+    """Two ``evaluate --out DIR`` of one run at once: both complete, or the one that meets the other
+    writing is refused by name (exit 2, the holder's pid); the directory ends whole, nothing left beside it."""
+    root = work / "concurrent_evaluate"
+    shutil.rmtree(root, ignore_errors=True)
+    out = root / "ev"
+    args = _cli("evaluate", "--checkpoint", str(base), "--which", "last", "--out", str(out))
+    a = Proc(args, root, "first")
+    lock = out.with_name(out.name + ".lock")
+    deadline = time.time() + 240
+    while time.time() < deadline and a.alive() and not lock.exists():
+        time.sleep(0.01)
+    b = _run(args, root, "second", timeout=240)
+    rc = a.wait(240)
+    first = {"rc": rc, "wall_s": round(a.wall, 2), "stdout": a.stdout, "stderr": a.stderr}
+    failed = [] if rc == 0 else [f"the first evaluation: exit code {rc}: {_tail(a.stderr)}"]
+    refused = b["rc"] == 2
+    if refused:
+        failed += _named_refusal(b, [f"{out}: another evaluation (pid {a.pid}) is writing this directory now",
+                                     "--out DIR"])
+    elif b["rc"] != 0:
+        failed.append(f"the second evaluation: exit code {b['rc']}, expected 0 or a named refusal (2)")
+    if "No such file" in b["stderr"] + a.stderr:
+        failed.append("a raw 'No such file' error")
+    if not (out / "metrics.json").is_file():
+        failed.append("no metrics.json in the evaluation directory")
+    if _leftovers(out):
+        failed.append(f"left beside it: {_leftovers(out)}")
+    steps = [_step("two evaluations into one --out", first, failed, second_rc=b["rc"],
+                   second_refused_by_name=refused, second_error_line=(_error_lines(b["stderr"]) or [""])[0][:500])]
+    return _fault("concurrent-evaluations-one-out", steps)
+
+
+def fault_evaluation_of_another_checkpoint(work: Path, base: Path) -> dict:
+    """``evaluate --which last`` then ``--which best`` into one ``--out``: the second replaces the first
+    with a warning naming both checkpoints (not silently)."""
+    root = work / "replace_evaluate"
+    shutil.rmtree(root, ignore_errors=True)
+    out = root / "ev"
+    steps = []
+    for which in ("last", "best"):
+        r = _run(_cli("evaluate", "--checkpoint", str(base), "--which", which, "--out", str(out)), root, which,
+                 timeout=240)
+        failed = [] if r["rc"] == 0 else [f"exit code {r['rc']}: {_tail(r['stderr'])}"]
+        warned = "replacing the evaluation of another checkpoint" in r["stderr"]
+        if which == "best" and not (warned and "checkpoint_best" in r["stderr"]):
+            failed.append("no warning naming the evaluation of another checkpoint being replaced")
+        if which == "last" and warned:
+            failed.append("a warning on a new directory")
+        steps.append(_step(f"evaluate --which {which}", r, failed))
+    return _fault("evaluation-of-another-checkpoint-replaced-with-a-warning", steps)
+
+
+def fault_metrics_row_damaged(work: Path, base: Path, where: str) -> dict:
+    """A damaged ``metrics.jsonl`` row at a resume: ``middle`` (line 2, before the checkpoint) is
+    refused naming the line and the iteration, before Ray, nothing changed; ``torn-end`` (a torn last
+    line after the checkpoint's row) is dropped with a warning naming it and the run completes 1..N."""
+    root = work / f"metrics_{where}"
+    shutil.rmtree(root, ignore_errors=True)
+    run_dir = root / "run"
+    shutil.copytree(base, run_dir)
+    path = run_dir / "metrics.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    args = _train_args(root, "run", 5, "run.checkpoint_every=1")
+    if where == "middle":
+        lines[1] = lines[1][: len(lines[1]) // 2] + "\n"
+        path.write_text("".join(lines))
+        before = path.read_text()
+        r = _run(_cli(*args, "--resume", str(run_dir)), root, "resume", timeout=120)
+        failed = _named_refusal(r, [f"{path}, line 2: a damaged row", "would leave iteration 2 without a row"],
+                                limit_s=LIMIT_S)
+        if path.read_text() != before:
+            failed.append("metrics.jsonl changed")
+        return _fault("metrics-row-damaged-before-the-checkpoint", [_step("--resume refused", r, failed,
+                                                                         expected_nonzero=True)])
+    path.write_text("".join(lines) + '{"iteration": 4, "trunc')
+    r = _run(_cli(*args, "--resume", str(run_dir)), root, "resume")
+    failed, rows = _completed(r, run_dir, 5, needles_out=("resumed from",),
+                              needles_err=("dropped 1 damaged line(s) (line 4",))
+    return _fault("metrics-row-torn-after-the-checkpoint", [_step("--resume", r, failed)], rows)
+
+
+def fault_sighup(work: Path, iterations: int) -> dict:
+    """SIGHUP (a closed terminal) mid-run: the checkpoint is written, the lock released, exit 129;
+    ``--resume`` completes 1..N once."""
+    root = work / "sighup"
+    run_dir = root / "h"
+    a = Proc(_cli(*_train_args(root, "h", iterations, "run.checkpoint_every=0")), root, "first")
+    at = _wait_rows(a, run_dir, 2)
+    a.p.send_signal(signal.SIGHUP)
+    rc = a.wait(120)
+    r = {"rc": rc, "wall_s": round(a.wall, 2), "stdout": a.stdout, "stderr": a.stderr}
+    failed = [] if rc == 128 + signal.SIGHUP else [f"exit code {rc}, expected 129"]
+    if not (run_dir / "checkpoint" / "rllib_checkpoint.json").is_file():
+        failed.append("no checkpoint after SIGHUP")
+    if (run_dir / "run.lock").exists():
+        failed.append("run.lock left behind")
+    steps = [_step("SIGHUP", r, failed, rows_at_signal=at, expected_nonzero=True)]
+    res = _run(_cli(*_train_args(root, "h", iterations), "--resume", str(run_dir)), root, "resume")
+    failed, rows = _completed(res, run_dir, iterations, needles_out=("resumed from",))
+    steps.append(_step("--resume", res, failed))
+    return _fault("sighup-exit-129-then-resume", steps, rows)
+
+
+def fault_sigterm_in_evaluation(work: Path) -> dict:
+    """SIGTERM as the end-of-run evaluation starts: one line, exit 143, the checkpoint kept, no half
+    evaluation, the lock released; ``evaluate`` of the run then writes it."""
+    root = work / "sigterm_evaluation"
+    run_dir = root / "e"
+    args = _train_args(root, "e", 2)
+    args[args.index("run.evaluate=false")] = "run.evaluate=true"
+    r = _run([sys.executable, "-c", SIGTERM_IN_EVALUATION, *args], root, "train")
+    step = _exit_step("SIGTERM in the end-of-run evaluation", r, 143, [])
+    text = r["stderr"]
+    for needle in ("interrupt (SIGTERM) during the end-of-run evaluation", f"evaluate --checkpoint {run_dir}"):
+        if needle not in text:
+            step.setdefault("failed_checks", []).append(f"stderr lacks {needle!r}")
+    if "Traceback" in text:
+        step.setdefault("failed_checks", []).append("traceback on stderr")
+    if (run_dir / "evaluation").exists() or (run_dir / "evaluation.tmp").exists() or (run_dir / "run.lock").exists():
+        step.setdefault("failed_checks", []).append("an evaluation, its .tmp or run.lock left")
+    step["ok"] = not step.get("failed_checks")
+    step["expected_nonzero"] = True
+    ev = _run(_cli("evaluate", "--checkpoint", str(run_dir)), root, "evaluate", timeout=240)
+    failed = [] if ev["rc"] == 0 and (run_dir / "evaluation" / "metrics.json").is_file() else [
+        f"exit code {ev['rc']}: {_tail(ev['stderr'])}"]
+    return _fault("sigterm-in-end-of-run-evaluation", [step, _step("evaluate afterwards", ev, failed)])
+
+
+def fault_lock_deleted(work: Path, iterations: int) -> dict:
+    """``run.lock`` deleted during training: the run stops at its next write (exit 2) saying the files
+    stay (they do), and ``--resume`` completes 1..N once."""
+    root = work / "lock_deleted"
+    run_dir = root / "l"
+    a = Proc(_cli(*_train_args(root, "l", iterations, "run.checkpoint_every=1")), root, "train")
+    _wait_rows(a, run_dir, 2)
+    (run_dir / "run.lock").unlink(missing_ok=True)
+    rc = a.wait(120)
+    r = {"rc": rc, "wall_s": round(a.wall, 2), "stdout": a.stdout, "stderr": a.stderr}
+    step = _exit_step("next write", r, 2, ["run.lock was deleted during the run", "the files written so far stay"])
+    step["expected_nonzero"] = True
+    if "are gone" in r["stderr"]:
+        step["ok"] = False
+        step.setdefault("failed_checks", []).append("says the files are gone")
+    res = _run(_cli(*_train_args(root, "l", iterations, "run.checkpoint_every=1"), "--resume", str(run_dir)),
+               root, "resume")
+    failed, rows = _completed(res, run_dir, iterations, needles_out=("resumed from",))
+    return _fault("run-lock-deleted-mid-training", [step, _step("--resume", res, failed)], rows)
+
+
+def fault_seeds_resume(work: Path, iterations: int) -> dict:
+    """``--seeds 0,1 --processes`` SIGTERMed while seed 1 trains (seed 0 finished): exit 143, seeds.json
+    partial; ``--resume <sweep>`` reads seed 0 back (untouched), resumes seed 1 and completes seeds.json."""
+    root = work / "seeds_resume"
+    parent = root / "s"
+    sets = ("run.checkpoint_every=1", "run.evaluate=true")
+    a = Proc(_cli(*_train_args(root, "s", iterations, *sets), "--seeds", "0,1", "--processes"), root, "driver")
+    deadline = time.time() + 400
+    while time.time() < deadline and a.alive() and not (
+            (parent / "seed0" / "evaluation" / "metrics.json").is_file()
+            and (parent / "seed1" / "checkpoint").is_dir()):
+        time.sleep(0.2)
+    a.p.send_signal(signal.SIGTERM)
+    rc = a.wait(300)
+    r = {"rc": rc, "wall_s": round(a.wall, 2), "stdout": a.stdout, "stderr": a.stderr}
+    failed = [] if rc == 143 else [f"exit code {rc}, expected 143"]
+    try:
+        partial = json.loads((parent / "seeds.json").read_text()).get("partial") is True
+    except (OSError, ValueError):
+        partial = False
+    if not partial:
+        failed.append("seeds.json not marked partial")
+    steps = [_step("SIGTERM while seed 1 trains", r, failed, expected_nonzero=True,
+                   seed1_rows_at_signal=len(_rows(parent / "seed1")[0]))]
+    seed0 = _tree(parent / "seed0") if (parent / "seed0").is_dir() else {}
+    res = _run(_cli(*_train_args(root, "s", iterations, *sets), "--seeds", "0,1", "--resume", str(parent)),
+               root, "resume", timeout=600)
+    failed, rows = _completed(res, parent / "seed1", iterations,
+                              needles_out=("seed 0: reused", "seed 1: resumed"))
+    after = {k: v for k, v in _tree(parent / "seed0").items() if k != "train.log"}
+    if {k: v for k, v in seed0.items() if k != "train.log"} != after:
+        failed.append("seed 0's run changed (retrained?)")
+    try:
+        report = json.loads((parent / "seeds.json").read_text())
+    except (OSError, ValueError):
+        report = {}
+    if report.get("partial") is not False or sorted(report.get("per_seed", {})) != ["0", "1"]:
+        failed.append(f"seeds.json not complete: partial={report.get('partial')}, seeds {sorted(report.get('per_seed', {}))}")
+    steps.append(_step("--resume of the sweep", res, failed))
+    return _fault("seeds-sweep-sigterm-then-resume", steps, rows)
+
+
+def fault_evaluate_full_disk(work: Path, base: Path) -> dict:
+    """``evaluate`` under a 20 KB file size limit (a real failed write): exit 4, one line naming the
+    evaluation's ``.tmp`` path; nothing left (no directory, ``.tmp`` or lock)."""
+    root = work / "evaluate_full"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    out = root / "ev"
+    r = _run([sys.executable, "-c", FSIZE_LAUNCHER, "20000", "evaluate", "--checkpoint", str(base), "--which",
+              "last", "--out", str(out)], root, "evaluate", timeout=240)
+    step = _exit_step("evaluate with a 20 KB file size limit", r, 4,
+                      ["write failed", "cannot write the evaluation into", "ev.tmp"])
+    step["expected_nonzero"] = True
+    left = sorted(p.name for p in root.iterdir() if p.name in (out.name, *(out.name + x for x in (".tmp", ".old", ".lock"))))
+    if left:
+        step["ok"] = False
+        step.setdefault("failed_checks", []).append(f"left behind: {left}")
+    return _fault("evaluate-full-disk", [step])
+
+
+def fault_rllib_logs(work: Path) -> dict:
+    """A run with ``HOME`` pointed at an empty folder: RLlib's log folder is ``<run>/rllib/`` and nothing
+    is written under ``$HOME/ray_results`` (``files_changed_outside_run``)."""
+    root = work / "rllib_logs"
+    home = root / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    run_dir = root / "r"
+    r = _run(_cli(*_train_args(root, "r", 2)), root, "train", env=_env(HOME=str(home)))
+    failed, rows = _completed(r, run_dir, 2)
+    outside = sorted(str(p.relative_to(home)) for p in home.rglob("*") if "ray_results" in p.parts)
+    if outside:
+        failed.append(f"written under $HOME/ray_results: {outside[:5]}")
+    if not (run_dir / "rllib").is_dir():
+        failed.append("no rllib/ in the run directory")
+    return _fault("rllib-log-folder-inside-the-run", [_step("train", r, failed)], rows,
+                  files_changed_outside_run=len(outside))
+
+
+# Bad inputs of the commands after training (a finished run's checkpoints): (name, argv from the base run
+# and a scratch folder, needles of the error line).
+COMMAND_CASES = [
+    ("export-out-a-directory", lambda b, d: ["export", "--checkpoint", str(b), "--which", "last", "--out", str(d)],
+     ["export --out", "is a directory; expected a model file name"]),
+    ("export-out-json", lambda b, d: ["export", "--checkpoint", str(b), "--which", "last", "--out", str(d / "m.json")],
+     ["export --out", "expected a model file name, not .json"]),
+    ("evaluate-data-tilde", lambda b, d: ["evaluate", "--checkpoint", str(b), "--data", "~/no_such_rl_zerosync/x.csv",
+                                          "--out", str(d / "ev")],
+     ["not found", "'~' is not expanded"]),
+    ("evaluate-out-a-file", lambda b, d: ["evaluate", "--checkpoint", str(b), "--out", str(d / "a_file")],
+     ["evaluate --out", "a_file is a file"]),
+    ("evaluate-set-outside-data", lambda b, d: ["evaluate", "--checkpoint", str(b), "--set", "model.hidden=[8]",
+                                                "--out", str(d / "ev")],
+     ["model.hidden"]),
+    ("evaluate-no-checkpoint", lambda b, d: ["evaluate", "--checkpoint", str(d / "no_such_run"), "--out", str(d / "ev")],
+     ["no_such_run"]),
+    ("train-resume-and-overwrite", lambda b, d: ["train", "--config", str(SMOKE), "--resume", str(b), "--overwrite"],
+     ["--resume and --overwrite cannot be combined"]),
+    ("seeds-resume-another-directory", lambda b, d: [*_train_args(d, "s", 2), "--seeds", "0,1", "--resume", str(b)],
+     ["with --seeds: expected the sweep's directory"]),
+]
+
+
+def run_bad_command(name: str, make: Callable, needles: list[str], base: Path, work: Path) -> dict:
+    """A bad input of a command after training (:data:`COMMAND_CASES`): named as the train cases are
+    (exit 2, one ``error:`` line with the needles, no traceback, < ``LIMIT_S``, no Ray), and nothing
+    new in its scratch folder but what the case put there."""
+    case_dir = work / "bad_commands" / name
+    shutil.rmtree(case_dir, ignore_errors=True)
+    case_dir.mkdir(parents=True)
+    (case_dir / "a_file").write_text("not a folder")
+    before = _files(case_dir)
+    r = _run(_cli(*make(base, case_dir)), case_dir, "cli", timeout=60)
+    # one stderr line for evaluate / export; train may warn first (its preflight's power line)
+    failed = _named_refusal(r, needles, limit_s=LIMIT_S, one_line=make(base, case_dir)[0] != "train")
+    new = sorted(_files(case_dir) - before - {"cli.out", "cli.err"})
+    new += sorted(p.name for p in case_dir.iterdir() if p.is_dir())
+    if new:
+        failed.append(f"written: {new}")
+    lines = r["stderr"].strip().splitlines()
+    out = {"name": name, "command": True, "named_error": not failed, "rc": r["rc"], "wall_s": r["wall_s"],
+           "cpu_s": r["cpu_s"], "load_avg_1m": r["load_avg_1m"], "needles": needles,
+           "error_line": (lines[0] if len(lines) == 1 else _tail(r["stderr"], 800))[:1000]}
+    if failed:
+        out["failed_checks"] = failed
+        out["stdout_tail"] = _tail(r["stdout"], 800)
+    return out
+
+
+def _nonzero(bad: list[dict], faults: list[dict]) -> dict:
+    """Every failed or interrupted command (each bad input, each fault step marked ``expected_nonzero``:
+    a refusal, a signal, a failed write) and how many of them ended with a non-zero exit code."""
+    codes = [c["rc"] for c in bad] + [s.get("rc") for f in faults for s in f["steps"] if s.get("expected_nonzero")]
+    return {"failed_or_interrupted_runs": len(codes),
+            "failed_or_interrupted_runs_nonzero": sum(rc is not None and rc != 0 for rc in codes)}
+
+
 def _git() -> dict:
     """The commit measured, and the files of the package that differ from it."""
     def git(*args: str) -> str:
@@ -1176,6 +1528,16 @@ def main(argv: Optional[list[str]] = None) -> dict:
             fault(fault_evaluate_other_data, work, base)
             fault(fault_export_full_disk, work, base)
             fault(fault_evaluate_without_best, work, base)
+            fault(fault_concurrent_evaluations, work, base)
+            fault(fault_evaluation_of_another_checkpoint, work, base)
+            fault(fault_evaluate_full_disk, work, base)
+            for where in ("middle", "torn-end"):
+                fault(fault_metrics_row_damaged, work, base, where)
+            for name, make, needles in COMMAND_CASES:
+                bad.append(run_bad_command(name, make, needles, base, work))
+                c = bad[-1]
+                print(f"bad input {name:<22} {'named' if c['named_error'] else 'FAIL':<6} {c['wall_s']:5.1f} s",
+                      flush=True)
         fault(fault_runner_kill, work, FULL_ITERS)
         fault(fault_data_error_remote_runners, work, data_dir, preflight)
         fault(fault_overwrite_keeps_other_files, work, 2)
@@ -1185,6 +1547,11 @@ def main(argv: Optional[list[str]] = None) -> dict:
         fault(fault_walkforward_resume, work)
         fault(fault_seeds_driver_kill, work)
         fault(fault_data_file_changed, work)
+        fault(fault_sighup, work, FULL_ITERS // 2)
+        fault(fault_sigterm_in_evaluation, work)
+        fault(fault_lock_deleted, work, FULL_ITERS // 2)
+        fault(fault_seeds_resume, work, 4)
+        fault(fault_rllib_logs, work)
 
     _print_table(bad, faults)
     summary = {
@@ -1194,6 +1561,8 @@ def main(argv: Optional[list[str]] = None) -> dict:
         "faults_survived_or_named": sum(f["ok"] for f in faults),
         "rows_lost_or_duplicated": sum(f.get("rows_lost_or_duplicated", 0) for f in faults),
         "files_deleted_outside_run": sum(f.get("files_deleted_outside_run", 0) for f in faults),
+        "files_changed_outside_run": sum(f.get("files_changed_outside_run", 0) for f in faults),
+        **_nonzero(bad, faults),
     }
     wall = time.perf_counter() - t_start
     result = result_header("reliability", device="cpu", config={
@@ -1202,6 +1571,8 @@ def main(argv: Optional[list[str]] = None) -> dict:
         "checkpoint_damage_from": "tests/test_checkpoint_integrity.py DAMAGE",
         "cuda_visible_devices": "", "named_error": "exit 2, one stderr line 'error: ...' holding the case's "
         "needles, no traceback, < limit, Ray not started, no run directory created",
+        "command_cases": len(COMMAND_CASES) if not args.quick else 0,
+        "ray_environment": {k: v for k, v in os.environ.items() if k.startswith("RAY_") and k != "RAY_ADDRESS"},
     })
     result["hardware"]["cores"] = os.cpu_count()
     result.update({

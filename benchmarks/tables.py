@@ -605,17 +605,27 @@ def population_update(r) -> str:
 # ---------------------------------------------------------------------------------- reliability
 def reliability(r) -> str:
     sm = r["summary"]
-    slowest = max(x["wall_s"] for x in r["bad_inputs"])
+    slowest = max(r["bad_inputs"], key=lambda x: x["wall_s"])
+    over = [x for x in r["bad_inputs"] if not x["named_error"]]
     out = [_head(r, gpu="CPU (no GPU), " + str(r.get("hardware", {}).get("cpu_count", "?")) + " cores"),
            "| what | tried | named error / survived | rows lost or duplicated |", "| --- | ---: | ---: | ---: |",
            f"| bad inputs (one-line error, exit 2, no Ray, < 10 s) | {sm['bad_inputs_tried']} "
            f"| {sm['bad_inputs_named_error']} | – |",
-           f"| faults (kills, signals, damaged checkpoints, lost runners, runner data errors, guard halts, "
-           f"--overwrite, a deleted run directory) | {sm['faults_tried']} "
-           f"| {sm['faults_survived_or_named']} | {sm['rows_lost_or_duplicated']} |",
+           f"| faults (kills, signals, damaged checkpoints and metrics rows, lost runners, runner data errors, guard "
+           f"halts, --overwrite, deleted run directories and locks, full disks, concurrent evaluations, "
+           f"resumed sweeps) | {sm['faults_tried']} | {sm['faults_survived_or_named']} | {sm['rows_lost_or_duplicated']} |",
            *([] if "files_deleted_outside_run" not in sm else
-             ["", f"Files deleted outside the run: {sm['files_deleted_outside_run']}."]),
-           "", f"Slowest bad-input case: {slowest:.1f} s. Faults: " + ", ".join(f["name"] for f in r["faults"]) + "."]
+             ["", f"Files deleted outside the run: {sm['files_deleted_outside_run']}."
+              + (f" Files written outside the run (RLlib's ~/ray_results): {sm['files_changed_outside_run']}."
+                 if "files_changed_outside_run" in sm else "")
+              + (f" Failed or interrupted commands that exited non-zero: {sm['failed_or_interrupted_runs_nonzero']} "
+                 f"of {sm['failed_or_interrupted_runs']}." if "failed_or_interrupted_runs" in sm else "")]),
+           "", f"Slowest bad-input case: {slowest['wall_s']:.1f} s"
+           + (f" (its own CPU {slowest['cpu_s']:.1f} s, load average {slowest['load_avg_1m']:.1f})"
+              if "cpu_s" in slowest else "") + "."
+           + (" Not named: " + ", ".join(f"{x['name']} ({'; '.join(x.get('failed_checks', []))})" for x in over) + "."
+              if over else "")
+           + " Faults: " + ", ".join(f["name"] + ("" if f["ok"] else " (FAILED)") for f in r["faults"]) + "."]
     return "\n".join(out)
 
 

@@ -273,6 +273,8 @@ def _joined_values(argv: list[str]) -> list[str]:
 def _preflight(args) -> None:
     """Settings, data and GPU checks of ``train`` / ``evaluate --walk-forward`` before dispatch."""
     walk = args.command == "evaluate" and getattr(args, "walk_forward", None) is not None
+    if getattr(args, "resume", None) and getattr(args, "overwrite", False):
+        raise ValueError("--resume and --overwrite cannot be combined")  # before the data is read
     if args.command != "train" and not walk:
         return
     if getattr(args, "config", None) is None:

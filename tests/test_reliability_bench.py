@@ -10,7 +10,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SUMMARY_KEYS = {"bad_inputs_tried", "bad_inputs_named_error", "faults_tried", "faults_survived_or_named",
-                "rows_lost_or_duplicated", "files_deleted_outside_run"}
+                "rows_lost_or_duplicated", "files_deleted_outside_run", "files_changed_outside_run",
+                "failed_or_interrupted_runs", "failed_or_interrupted_runs_nonzero"}
 
 
 def test_quick_reliability_benchmark(tmp_path):
@@ -34,4 +35,5 @@ def test_quick_reliability_benchmark(tmp_path):
     assert summary["bad_inputs_named_error"] == summary["bad_inputs_tried"], failed
     assert summary["faults_survived_or_named"] == summary["faults_tried"], result["faults"]
     assert summary["rows_lost_or_duplicated"] == 0
-    assert summary["files_deleted_outside_run"] == 0
+    assert summary["files_deleted_outside_run"] == 0 and summary["files_changed_outside_run"] == 0
+    assert summary["failed_or_interrupted_runs_nonzero"] == summary["failed_or_interrupted_runs"] >= 8
