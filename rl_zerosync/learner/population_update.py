@@ -24,7 +24,10 @@ One population update is, in one of two modes (``population.update``):
   (:func:`batched_blocker` says why).
 
 On CUDA (``learner.graph``) either mode is captured once in one CUDA graph and replayed: one launch
-per population update, no host read. The host work after an update (update counts, the collapse
+per population update, no host read. ``batched`` reads the members' optimizer hyperparameters from
+``[P, 1]`` device rows written in place when a member's change (PBT's lr), so its graph is kept
+(:attr:`PopulationUpdate.graph_captures`); ``per_member``'s kernels bind the lr as a number, so there a
+changed lr captures the graph again. The host work after an update (update counts, the collapse
 warmup switch, each member's target update every its own ``target_update_freq``) is issued per
 member by :meth:`ZeroSyncDQNTorchLearner.after_update`, as in a single run. :meth:`collect` reads every
 member's guard metrics back in one readback.
