@@ -21,8 +21,8 @@ import torch
 from rl_zerosync.envs import EnvParams
 from rl_zerosync.data import make_market
 from rl_zerosync.envs.gym_twin import ROUTING_THRESHOLDS
-from rl_zerosync.evaluation.backtest import add_baselines, best_rule, rule_metrics, walk_result
-from rl_zerosync.evaluation.rules import RULES, RuleWalk
+from rl_zerosync.evaluation.backtest import add_baselines, best_rule, cached_rule_metrics, walk_result
+from rl_zerosync.evaluation.rules import RULES
 from rl_zerosync.evaluation.walk import SegmentWalk
 
 SPLIT_BARS = 128
@@ -41,19 +41,33 @@ def routing_thresholds(runner_cfg: dict | None) -> dict[str, float]:
     return {k: float(v) for k, v in (runner_cfg or {}).items() if k in ROUTING_THRESHOLDS}
 
 
+def _device(device: torch.device | str | None) -> torch.device:
+    return torch.device(device if device is not None else "cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _segment(settings, device: torch.device):
+    """(validation market on ``device``, env parameters, routing thresholds) of a run."""
+    data = make_market(dict(settings.data), "validation").to(device)
+    return data, EnvParams.from_dict(settings.env), routing_thresholds(settings.runner)
+
+
+def prewalk_rules(settings, device: torch.device | str | None = None) -> None:
+    """Walk the rule baselines of the run's validation segment into the process's rule cache
+    (:func:`~rl_zerosync.evaluation.backtest.cached_rule_metrics`), before the algorithm is built:
+    ``train`` runs it while Ray's processes start, and the :class:`Validator` then finds its rules
+    walked (a CPU walk of every variant is seconds)."""
+    data, params, routing = _segment(settings, _device(device))
+    cached_rule_metrics(data, params, routing)
+
+
 class Validator:
     """Greedy validation passes of one run (see the module docstring)."""
 
     def __init__(self, settings, algo, device: torch.device | str | None = None) -> None:
-        if device is None:
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.device = torch.device(device)
+        self.device = _device(device)
         self.metric = settings.run.eval_metric
-        data_cfg = dict(settings.data)
-        self.data = make_market(data_cfg, "validation").to(self.device)
-        self.params = EnvParams.from_dict(settings.env)
+        self.data, self.params, routing = _segment(settings, self.device)
         self.routed = settings.model.action_mode == "routed"
-        routing = routing_thresholds(settings.runner)
         spaces = algo.env_runner.get_spaces() if algo.env_runner is not None else None
         spec = algo.config.get_rl_module_spec(spaces=spaces, inference_only=True)
         self._spec = spec
@@ -61,7 +75,7 @@ class Validator:
         self._routing = routing if self.routed else None
         self.walk = SegmentWalk(self.data, self.params, routing=self._routing,
                                 split_bars=SPLIT_BARS, split_warmup=SPLIT_WARMUP)
-        self.rules, _ = rule_metrics(RuleWalk(self.data, self.params, routing))
+        self.rules, _ = cached_rule_metrics(self.data, self.params, routing)  # walked by prewalk_rules at start-up
         self._members = None  # MemberPolicies of the last population pass (validate_population)
 
     def _load_weights(self, algo, target=None) -> None:

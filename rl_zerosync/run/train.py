@@ -14,7 +14,15 @@ from rl_zerosync.config.settings import Settings, to_rllib_config
 
 def init_ray(settings: Settings) -> None:
     """Join the cluster named by RAY_ADDRESS (``ray job submit`` sets it; ``RAY_ADDRESS=auto`` joins a
-    cluster started on this machine with ``ray start``) or start a private local instance."""
+    cluster started on this machine with ``ray start``) or start a private local instance; a start
+    begun on a thread (:func:`rl_zerosync.run.ray_session.start_early`) is waited for instead."""
+    from rl_zerosync.run.ray_session import join_early
+
+    join_early()
+    _start_ray(settings)
+
+
+def _start_ray(settings: Settings) -> None:
     import ray
 
     from rl_zerosync.run.ray_console import quiet_ray_notices
@@ -114,6 +122,12 @@ def train(settings: Settings, resume: str | None = None, overwrite: bool = False
     with RunDir.claim(settings.run_dir, resume=bool(resume), overwrite=overwrite) as run_dir:
         # Verified before Ray starts: a damaged checkpoint fails (or falls back) at once.
         ckpt = run_dir.resume_point(resume) if resume else None
+        if settings.eval_every:  # Ray's processes start while the validation rules walk (one shared cache)
+            from rl_zerosync.evaluation.validation import prewalk_rules
+            from rl_zerosync.run.ray_session import start_early
+
+            start_early(lambda: _start_ray(settings))
+            prewalk_rules(settings)
         init_ray(settings)
         run_dir.write_settings(settings)
         algo = to_rllib_config(settings).build_algo()

@@ -8,7 +8,9 @@ that make RLlib log them (loading a checkpoint's module,
 and ``Policy.from_checkpoint``) run inside :func:`notices_quieted`, which installs the same filters
 for the call only. What is quieted (logger -> message): ``ray._common.deprecation`` (RLlib's deprecation warnings, e.g. ``RLModule(config=...)``),
 ``ray.rllib.algorithms.algorithm_config`` ("You are running ... on the new API stack"),
-``ray.tune.utils.util`` ("Install gputil/psutil for ... monitoring"). Every other record, Ray's
+``ray.tune.utils.util`` ("Install gputil/psutil for ... monitoring"), ``ray._private.worker`` ("SIGTERM
+handler is not set": Ray started on a thread while the driver checks its data; the run installs its
+own stop handlers). Every other record, Ray's
 token-authentication notice included, passes unchanged.
 """
 from __future__ import annotations
@@ -21,6 +23,7 @@ NOTICES = {
     "ray._common.deprecation": ("DeprecationWarning", "has been deprecated"),
     "ray.rllib.algorithms.algorithm_config": ("on the new API stack",),
     "ray.tune.utils.util": ("Install gputil", "Install psutil"),
+    "ray._private.worker": ("SIGTERM handler is not set",),  # Ray started on a thread (run/ray_session.py)
 }
 """Logger name -> message fragments of the notices quieted."""
 DEBUG_LOGGER = "rl_zerosync.ray_notices"
