@@ -46,7 +46,7 @@ OUT_OF_RANGE: dict[str, dict[str, object]] = {
                        "p_stay_revert": -0.1, "trend_drift": -0.1, "revert_strength": 1.0, "spread_bps": 10_001.0,
                        "spread_vol_elasticity": -0.1, "spread_noise": -0.1},
     "env": {"episode_len": 1, "window": 0, "fee": 1.0, "reward_scale": 0.0, "risk_penalty": -0.1,
-            "stop_drawdown": 1.0, "seed": 2**64, "execution_lag": 2, "maker_rebate_bps": 10_001.0},
+            "turnover_penalty": -0.1, "stop_drawdown": 1.0, "seed": 2**64, "execution_lag": 2, "maker_rebate_bps": 10_001.0},
     "runner": {"seed": 2**64, "wide": 0.0, "high_vol": 0.0, "low_vol": 0.0},
     "learner": {"replay_capacity": 0, "alpha": 1.5, "beta": 1.5, "priority_eps": 0.0, "graph_warmup": 0,
                 "updates_per_graph": 0, "loss_clip": 0.0, "divergence_threshold": 0.0, "divergence_patience": 0,
