@@ -77,6 +77,15 @@ def flatten_scalars(d: dict, prefix: str = "") -> dict[str, float]:
     return out
 
 
+def metrics_row(result: dict) -> dict[str, float]:
+    """One iteration's metrics row: ``iteration`` and RLlib's result dict (less ``config`` and
+    ``evaluation``) flattened to finite scalars (:func:`flatten_scalars`). A single run's
+    ``metrics.jsonl`` and a population's one table (``rl_zerosync.rundir.metrics_table``) both write
+    these rows, so the key names agree."""
+    scalars = flatten_scalars({k: v for k, v in result.items() if k not in _SKIP})
+    return {"iteration": int(result.get("training_iteration", 0)), **scalars}
+
+
 def _plain_name(name: Any) -> bool:
     """A top-level entry name of a run directory (no separators, not ``.`` or ``..``)."""
     return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\\" not in name
@@ -386,11 +395,11 @@ class RunDir:
         """One iteration's row: RLlib's result dict (less ``config`` and ``evaluation``) flattened to
         finite scalars, appended to ``metrics.jsonl`` and written to TensorBoard at its iteration."""
         self.check_present()
-        step = int(result.get("training_iteration", 0))
-        scalars = flatten_scalars({k: v for k, v in result.items() if k not in _SKIP})
+        row = metrics_row(result)
+        step = row.pop("iteration")
         try:
-            self._jsonl.write(json.dumps({"iteration": step, **scalars}) + "\n")
-            for name, value in scalars.items():
+            self._jsonl.write(json.dumps({"iteration": step, **row}) + "\n")
+            for name, value in row.items():
                 self._tb.add_scalar(name, value, step)
             self._tb.flush()
         except OSError as err:
