@@ -107,7 +107,9 @@ Fourth round (one writer per evaluation, damaged metrics rows, stops, the sweep'
 checkpoint, ``--resume`` with ``--overwrite``, a sweep's ``--resume`` of another directory), named as
 the train cases are and counted with them. ``summary.failed_or_interrupted_runs`` counts every
 command that had to fail or was stopped (bad inputs, refusals, signals, kills, failed writes) and
-``failed_or_interrupted_runs_nonzero`` those that exited non-zero (goal: all).
+``failed_or_interrupted_runs_nonzero`` those that exited non-zero (goal: all);
+``bad_inputs_named_over_time_limit`` the bad inputs that failed only the wall-time limit (the right
+one-line error, late: on a busy machine, see each case's ``cpu_s`` and ``load_avg_1m``).
 
 Writes ``benchmarks/results/reliability.json`` (``--out``): date, hardware, versions, git (the
 commit and the package files that differ from it), config, every
@@ -1434,6 +1436,13 @@ def run_bad_command(name: str, make: Callable, needles: list[str], base: Path, w
     return out
 
 
+def _over_time_only(case: dict) -> bool:
+    """A bad input whose one failed check is the wall-time limit: the right error line and exit code,
+    late (its ``cpu_s`` and ``load_avg_1m`` tell a slow command from a busy machine)."""
+    checks = case.get("failed_checks") or []
+    return bool(checks) and all(c.startswith("took ") and " limit " in c for c in checks)
+
+
 def _nonzero(bad: list[dict], faults: list[dict]) -> dict:
     """Every failed or interrupted command (each bad input, each fault step marked ``expected_nonzero``:
     a refusal, a signal, a failed write) and how many of them ended with a non-zero exit code."""
@@ -1562,6 +1571,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
         "rows_lost_or_duplicated": sum(f.get("rows_lost_or_duplicated", 0) for f in faults),
         "files_deleted_outside_run": sum(f.get("files_deleted_outside_run", 0) for f in faults),
         "files_changed_outside_run": sum(f.get("files_changed_outside_run", 0) for f in faults),
+        "bad_inputs_named_over_time_limit": sum(_over_time_only(c) for c in bad),
         **_nonzero(bad, faults),
     }
     wall = time.perf_counter() - t_start

@@ -623,7 +623,12 @@ def reliability(r) -> str:
            "", f"Slowest bad-input case: {slowest['wall_s']:.1f} s"
            + (f" (its own CPU {slowest['cpu_s']:.1f} s, load average {slowest['load_avg_1m']:.1f})"
               if "cpu_s" in slowest else "") + "."
-           + (" Not named: " + ", ".join(f"{x['name']} ({'; '.join(x.get('failed_checks', []))})" for x in over) + "."
+           + (f" Not named: {len(over)}"
+              + (f", of which {sm['bad_inputs_named_over_time_limit']} gave the named one-line error but after the "
+                 f"10 s limit (a busy machine: load average up to {max(x['load_avg_1m'] for x in over):.1f} on "
+                 f"{r.get('hardware', {}).get('cores', '?')} cores, own CPU up to "
+                 f"{max(x.get('cpu_s', 0.0) for x in over):.1f} s)" if sm.get("bad_inputs_named_over_time_limit") else "")
+              + ": " + ", ".join(f"{x['name']} ({'; '.join(x.get('failed_checks', []))})" for x in over) + "."
               if over else "")
            + " Faults: " + ", ".join(f["name"] + ("" if f["ok"] else " (FAILED)") for f in r["faults"]) + "."]
     return "\n".join(out)
