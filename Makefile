@@ -20,9 +20,12 @@ train: setup
 
 # The suite in one shuffled order (pytest-randomly, a fixed seed: every run the same order, and no
 # test may depend on running after another); pass SEED=... for another order, -p no:randomly for file order.
+# JOBS pytest-xdist workers (default: one per core), each taking whole files (--dist loadfile: a file's
+# module-scoped Ray and fixtures are built once); JOBS=0 runs the suite in this process.
 SEED ?= 20261202
+JOBS ?= auto
 test: setup
-	$(BIN)/python -m pytest -q --randomly-seed=$(SEED)
+	$(BIN)/python -m pytest -q --randomly-seed=$(SEED) -n $(JOBS) --dist loadfile
 
 test-gpu: setup
 	$(BIN)/python -m pytest -q -m gpu

@@ -16,10 +16,21 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Iterator
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # ``make test`` runs one pytest-xdist worker per core: each worker (and the commands and Ray
+    # workers it starts, which inherit the variable) keeps to one torch/OpenMP thread. Two threads per
+    # worker on a 2-core machine oversubscribe the cores, and torch's threads then wait for each
+    # other at every small op.
+    os.environ["OMP_NUM_THREADS"] = "1"
 
 import pytest
 import torch
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)
 
 RAY_LOCAL = {"address": "local", "num_cpus": 2}
 """``ray.init`` arguments of ``ray_local`` in modules that define no ``RAY_INIT``."""

@@ -29,6 +29,9 @@ from rl_zerosync.config.settings import from_dict, load
 
 ROOT = Path(__file__).resolve().parent.parent
 LIMIT_S = 10.0
+SUBPROCESS_LIMIT_S = 30.0
+"""A fresh interpreter imports torch and the data stack first (~5 s on an idle 2-core machine, more
+with the suite's other worker busy); a run that got as far as Ray or training takes minutes."""
 
 
 def _write_csv(path: Path, n: int = 600, edit=None) -> Path:
@@ -329,7 +332,7 @@ def test_bad_inputs_fail_in_process_with_one_line(tmp_path, data_dir, capsys, no
 
 @pytest.mark.parametrize("name", ["spike", "short-validation", "gpu-learner", "yaml-type"])
 def test_bad_inputs_fail_fast_as_a_subprocess(tmp_path, data_dir, name):
-    """The real command line: exit 2 and one stderr line within 10 s (Ray never starts)."""
+    """The real command line: exit 2 and one stderr line, fast (Ray never starts: no banner)."""
     make, needles = {c[0]: (c[1], c[2]) for c in CASES}[name]
     cfg = _yaml(tmp_path / "pf.yaml", make(data_dir))
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
@@ -344,7 +347,7 @@ def test_bad_inputs_fail_fast_as_a_subprocess(tmp_path, data_dir, name):
     assert "local Ray instance" not in out.stdout + out.stderr  # ray.init's banner
     for needle in needles:
         assert needle in lines[0]
-    assert wall < LIMIT_S, wall
+    assert wall < SUBPROCESS_LIMIT_S, wall
     assert not (data_dir / "runs").exists() and not (tmp_path / "runs").exists()
 
 
