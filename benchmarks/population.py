@@ -80,6 +80,7 @@ import torch
 import yaml
 
 from benchmarks.common import parser, print_summary, print_table, quick_path, result_header, results_path, write_json
+from rl_zerosync.rundir.metrics_table import read_metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 FULL = {"config": "configs/local.yaml", "p": "1,8,64", "baseline_p": 8, "overrides": []}
@@ -156,8 +157,9 @@ def plan(tmp: Path, base: dict, ps: list[int], baseline_p: int, cores: int) -> l
 
 # ----------------------------------------------------------------------------------------- metrics
 def iteration_rows(run_dir: Path) -> list[dict]:
-    """A run's metrics.jsonl rows (one per training iteration)."""
-    return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    """A run's metrics rows (one per training iteration): a seed's metrics.jsonl, or a member's rows of
+    the population's table."""
+    return read_metrics(run_dir)
 
 
 def increments(rows: list[dict], key: str) -> list[float]:

@@ -439,17 +439,18 @@ def _command(args) -> int:
                         from rl_zerosync.run.seeds import seed_plans
 
                         plans = seed_plans(args.config, args.set, parent, seeds)
+                    if together and not args.overwrite and (parent / POPULATION_DIR / "population.json").is_file():
+                        # checked before the claim, which would take the population's metrics.jsonl for a run to resume
+                        raise RunExistsError(f"{parent / POPULATION_DIR} already holds a population "
+                                             f"(population.json); pass --overwrite to train the seeds again",
+                                             parent / POPULATION_DIR)
                     for name in ([POPULATION_DIR] if together else
                                  [f"seed{seed}" for seed in seeds if plans is None or plans[seed][0] == "trained"]):
                         RunDir.claim(parent / name, overwrite=args.overwrite,
                                      hint=f"pass --resume {parent} to continue the sweep or --overwrite to "
                                           "train the seeds again").close()
                     if together and (parent / POPULATION_DIR / "population.json").is_file():
-                        if not args.overwrite:
-                            raise RunExistsError(f"{parent / POPULATION_DIR} already holds a population "
-                                                 f"(population.json); pass --overwrite to train the seeds again",
-                                                 parent / POPULATION_DIR)
-                        (parent / POPULATION_DIR / "population.json").unlink()
+                        (parent / POPULATION_DIR / "population.json").unlink()  # --overwrite
                     report = train_seeds(args.config, args.set, seeds, parallel=parallel, together=together,
                                          plans=plans)
             except RunDirError as err:

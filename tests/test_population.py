@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from rl_zerosync.config.settings import SettingsError, from_dict
+from rl_zerosync.rundir.metrics_table import read_metrics
 from tiny_run import tiny_raw
 
 pytestmark = pytest.mark.usefixtures("ray_local")  # one Ray for the module, stopped after it
@@ -55,13 +56,13 @@ def _arrays(ckpt: Path) -> dict[str, np.ndarray]:
 
 
 def _rows(run_dir: Path) -> list[dict]:
-    """metrics.jsonl without the wall-clock numbers (everything else must match bit for bit)."""
+    """A run's metrics rows (a single run's metrics.jsonl, a member's rows of the population's table)
+    without the wall-clock numbers (everything else must match bit for bit)."""
     def keep(key: str) -> bool:
         return not (key.startswith(("phase_s/", "timers/", "perf/", "time")) or key.endswith(("_s", "_timer"))
                     or "throughput" in key or key in ("env_runners/sample", "pid", "hostname", "node_ip"))
 
-    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
-    return [{k: v for k, v in r.items() if keep(k)} for r in rows]
+    return [{k: v for k, v in r.items() if keep(k)} for r in read_metrics(run_dir)]
 
 
 def _same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
@@ -127,6 +128,23 @@ def test_the_same_population_twice_is_bit_identical(clean, tmp_path):
     for k in range(4):
         _same(_arrays(clean / f"member{k}" / "checkpoint"), _arrays(again / f"member{k}" / "checkpoint"))
         assert _rows(clean / f"member{k}") == _rows(again / f"member{k}")
+
+
+def test_the_members_rows_are_one_table_and_one_tensorboard_writer(clean):
+    from test_metrics_table import tb_scalars
+
+    rows = [json.loads(x) for x in (clean / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["member"], r["iteration"]) for r in rows] == [(k, it) for it in range(1, ITERATIONS + 1)
+                                                             for k in range(4)]
+    for k in range(4):  # a member's directory: its settings and checkpoints, no log of its own
+        assert not (clean / f"member{k}" / "metrics.jsonl").exists()
+        assert not (clean / f"member{k}" / "tensorboard").exists()
+    assert len(list((clean / "tensorboard").iterdir())) == 1
+    scalars = tb_scalars(clean / "tensorboard")
+    for r in rows[-4:]:
+        for key, value in r.items():
+            if key not in ("member", "iteration"):
+                assert scalars[(f"member{r['member']}/{key}", r["iteration"])] == pytest.approx(value, rel=1e-6)
 
 
 def _learner(loop):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from rl_zerosync.config.settings import from_dict, to_rllib_config
+from rl_zerosync.rundir.metrics_table import read_metrics
 from tiny_run import tiny_raw
 
 pytestmark = pytest.mark.usefixtures("ray_local")
@@ -69,7 +70,7 @@ def test_batched_population_run_on_cpu(tmp_path):
     report = json.loads((tmp_path / "pop" / "population.json").read_text())
     assert report["members"] == 4
     for k in range(4):
-        rows = [json.loads(x) for x in (tmp_path / "pop" / f"member{k}" / "metrics.jsonl").read_text().splitlines()]
+        rows = read_metrics(tmp_path / "pop" / f"member{k}")
         assert len(rows) == 6
         trained_rows = [r for r in rows if r.get("learners/default_policy/zerosync/updates", 0) > 0]
         assert trained_rows, f"member{k} never trained"

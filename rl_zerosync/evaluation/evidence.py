@@ -26,7 +26,6 @@ Every bootstrap is seeded (``seed``), so a report is reproducible on one kind of
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -94,19 +93,23 @@ def pooled(nets: Sequence[np.ndarray]) -> np.ndarray:
 
 # ---------------------------------------------------------------------------------------- trials
 def checkpoint_history(run_dir: Path | None, metric: str) -> tuple[list[float], str]:
-    """Validation Sharpes of the checkpoints compared during training (``metrics.jsonl`` rows with
-    ``eval/validation_<metric>``) and where they came from; none found: ``[]`` and why."""
-    path = Path(run_dir) / "metrics.jsonl" if run_dir is not None else None
-    if path is None or not path.is_file():
+    """Validation Sharpes of the checkpoints compared during training (the run's metrics rows with
+    ``eval/validation_<metric>``: its ``metrics.jsonl``, or a population member's rows of the population's
+    table, :func:`~rl_zerosync.rundir.metrics_table.read_metrics`) and where they came from; none found:
+    ``[]`` and why."""
+    from rl_zerosync.rundir.metrics_table import member_of, read_metrics
+
+    try:
+        rows = read_metrics(run_dir) if run_dir is not None else None
+    except FileNotFoundError:
+        rows = None
+    if rows is None:
         return [], f"no validation history (no metrics.jsonl in {run_dir})"
-    sharpes = []
-    for line in path.read_text().splitlines():
-        if not line.strip():
-            continue
-        row = json.loads(line)
-        if f"eval/validation_{metric}" in row:
-            sharpes.append(float(row.get("eval/validation_sharpe", math.nan)))
-    return sharpes, f"{len(sharpes)} validation passes in {path.name}"
+    sharpes = [float(row.get("eval/validation_sharpe", math.nan)) for row in rows
+               if f"eval/validation_{metric}" in row]
+    member = None if (Path(run_dir) / "metrics.jsonl").is_file() else member_of(run_dir)
+    where = "metrics.jsonl" if member is None else f"the population's metrics.jsonl (member {member})"
+    return sharpes, f"{len(sharpes)} validation passes in {where}"
 
 
 def save_validation_returns(run_dir: Path, iteration: int, nets: Sequence[np.ndarray]) -> Path:

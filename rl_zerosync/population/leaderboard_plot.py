@@ -1,8 +1,8 @@
 """``population.png``, written beside ``population.json``: the members' validation curves and the
 leaderboard, the member selected on validation and the top-k ensemble marked.
 
-* Top: each member's validation ``run.eval_metric`` over the iterations (its ``metrics.jsonl``),
-  every member thin and grey, the ensemble's members coloured, the selected member thick, each
+* Top: each member's validation ``run.eval_metric`` over the iterations (its rows of the population's
+  ``metrics.jsonl``), every member thin and grey, the ensemble's members coloured, the selected member thick, each
   member's best pass dotted; the rule chosen on validation (its validation Sharpe, the same data for
   every member) as a dashed line.
 * Bottom: the leaderboard, members by their best validation value (bars, the order selection reads),
@@ -10,17 +10,18 @@ leaderboard, the member selected on validation and the top-k ensemble marked.
   selected member's bar and the ensemble's members marked, the ensemble itself as the last bar when
   there is one.
 
-:func:`plot_population` reads ``population.json``'s content and the members' ``metrics.jsonl``
+:func:`plot_population` reads ``population.json``'s content and the population's ``metrics.jsonl``
 only; Agg backend.
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+
+from rl_zerosync.rundir.metrics_table import read_metrics
 
 POPULATION_PNG = "population.png"
 SELECTED_COLOR = "tab:red"
@@ -35,16 +36,15 @@ def _finite(x: Any) -> bool:
 
 
 def validation_curve(run_dir: Path, metric: str = "sharpe") -> tuple[list[int], list[float], float | None]:
-    """A member's validation passes from its ``metrics.jsonl``: (iterations, values, the rule chosen on
+    """A member's validation passes from its metrics rows (the population's table,
+    :func:`~rl_zerosync.rundir.metrics_table.read_metrics`): (iterations, values, the rule chosen on
     validation's validation Sharpe of the last pass or None)."""
-    path = Path(run_dir) / "metrics.jsonl"
     its, values, rule = [], [], None
-    if not path.is_file():
+    try:
+        rows = read_metrics(run_dir)
+    except FileNotFoundError:
         return its, values, rule
-    for line in path.read_text().splitlines():
-        if not line.strip():
-            continue
-        row = json.loads(line)
+    for row in rows:
         value = row.get(f"eval/validation_{metric}")
         if value is None:
             continue

@@ -5,9 +5,10 @@ The members (:mod:`rl_zerosync.population.members`: member k = the single run wi
 hyperparameters) are built in one process, on one device, and stepped in lockstep: iteration i of
 every member, then iteration i + 1. One validation segment and its rule baselines are built once and
 shared (the members' network shapes agree); every member validates at the same iterations, keeps
-its own best checkpoint (policy only) and its own metrics, TensorBoard and checkpoints in
-``<run.dir>/<run.name>/member<k>/``. After every validation pass a one-line summary of the
-population is printed; with ``population.pbt_every`` the exploit/explore step of
+its own best checkpoint (policy only) and its checkpoints in ``<run.dir>/<run.name>/member<k>/``; the
+members' metrics rows go to one table, ``<run.dir>/<run.name>/metrics.jsonl`` with a ``member`` column,
+and one TensorBoard writer (``member<k>/...`` tags; :class:`~rl_zerosync.rundir.metrics_table.MetricsTable`).
+After every validation pass a one-line summary of the population is printed; with ``population.pbt_every`` the exploit/explore step of
 :mod:`rl_zerosync.population.pbt` runs on the members' learners. At the end every member's final
 checkpoint is written, each is evaluated (the test segment, read once, for the report), and
 ``population.json`` (:mod:`rl_zerosync.population.report`) and the leaderboard are written.
@@ -33,8 +34,8 @@ from rl_zerosync.population.iteration import PopulationIteration, summarize_timi
 from rl_zerosync.population.memory import check_fits
 from rl_zerosync.population.report import member_row
 from rl_zerosync.population.space import PopulationSettings
+from rl_zerosync.rundir.metrics_table import MetricsTable
 from rl_zerosync.rundir.progress import Steps
-from rl_zerosync.rundir.run_dir import RunDir
 from rl_zerosync.run.train import TrainLoop
 
 
@@ -51,10 +52,12 @@ def pass_line(iteration: int, total: int, values: list, metric: str, t0: float) 
 class Population:
     """The members' loops stepped in lockstep (see the module docstring); ``train_population`` drives it,
     tests step it, a shard (:mod:`rl_zerosync.population.shards`) holds one with its part of the members
-    (``indices``). Built inside ``stack`` (every member's run directory, algorithm and log closed by it)."""
+    (``indices``). Built inside ``stack`` (every member's run directory, algorithm and log closed by it).
+    ``table``: write the members' metrics rows into the population's one table (:attr:`table`); a shard
+    passes False and hands each iteration's rows (:attr:`last_rows`) to the driver, which writes them."""
 
     def __init__(self, settings: Settings, pop: PopulationSettings, members: list[Settings],
-                 stack: contextlib.ExitStack, indices: list[int] | None = None) -> None:
+                 stack: contextlib.ExitStack, indices: list[int] | None = None, table: bool = True) -> None:
         from rl_zerosync.population.hyperparameters import HyperparameterTable
         from rl_zerosync.population.member import Member
         from rl_zerosync.population.pbt import Pbt
@@ -63,7 +66,10 @@ class Population:
         self.settings, self.pop, self.parent = settings, pop, settings.run_dir
         self.indices = list(range(pop.size)) if indices is None else list(indices)
         self.metric = settings.run.eval_metric
-        self.loops = _build(members, pop, stack)
+        self._rows: list[dict] = []  # this iteration's metrics rows, appended by the members' run directories
+        self.last_rows: list[dict] = []
+        """The members' metrics rows of the last iteration (``member`` column), in member order."""
+        self.loops = _build(members, pop, stack, self.indices, self._rows)
         self.hyperparameters = HyperparameterTable(members)
         """The members' searchable hyperparameters, one typed ``[P]`` table (PBT writes it)."""
         self.members = [Member(loop, slot, self.hyperparameters) for slot, loop in enumerate(self.loops)]
@@ -75,6 +81,10 @@ class Population:
         self.timing = self.member_iteration.timing
         self.pbt = Pbt(pop, self.metric) if pop.pbt_every else None
         self.passes = 0
+        self.table = MetricsTable(self.parent).open() if table else None
+        """The population's one metrics table and TensorBoard writer (None in a shard)."""
+        if self.table is not None:
+            stack.callback(self.table.close)
         self._t0 = time.perf_counter()
         self.timing["build_s"] = self._t0 - t_build
 
@@ -93,8 +103,17 @@ class Population:
 
     def step_members(self) -> bool:
         """One iteration of every member still training (:meth:`PopulationIteration.step
-        <rl_zerosync.population.iteration.PopulationIteration.step>`); True when it ended with a validation pass."""
-        return self.member_iteration.step()
+        <rl_zerosync.population.iteration.PopulationIteration.step>`), then the members' metrics rows into
+        the one table (their time counted in ``timing["logs_checkpoints_s"]``); True when it ended with a
+        validation pass."""
+        validated = self.member_iteration.step()
+        t = time.perf_counter()
+        self.last_rows = list(self._rows)
+        self._rows.clear()
+        if self.table is not None:
+            self.table.write(self.last_rows)
+        self.timing["logs_checkpoints_s"] += time.perf_counter() - t
+        return validated
 
     def timing_summary(self) -> dict:
         """``population.json``'s ``timing``: :attr:`timing` with the training rates, the CUDA graphs the
@@ -195,15 +214,19 @@ def _evaluate_one(job: tuple[str, str, str]) -> dict:
     return evaluate_checkpoint(path, out_dir=out_dir, which=which, quiet=True)
 
 
-def _build(members: list[Settings], pop: PopulationSettings, stack: contextlib.ExitStack) -> list[TrainLoop]:
-    """Every member's run directory, algorithm (:class:`~rl_zerosync.population.member_algorithm.
-    PopulationMemberDQN`) and loop (closed by ``stack``, last first)."""
+def _build(members: list[Settings], pop: PopulationSettings, stack: contextlib.ExitStack, indices: list[int],
+           rows: list) -> list[TrainLoop]:
+    """Every member's run directory (a :class:`~rl_zerosync.population.members.MemberRunDir` logging into
+    ``rows``), algorithm (:class:`~rl_zerosync.population.member_algorithm.PopulationMemberDQN`) and loop
+    (closed by ``stack``, last first)."""
     from rl_zerosync.population.member_algorithm import PopulationMemberDQN
+    from rl_zerosync.population.members import MemberRunDir
 
     loops: list[TrainLoop] = []
     validator = None
-    for k, ms in enumerate(members):
-        rd = stack.enter_context(RunDir.claim(ms.run_dir, hint="pass --overwrite to train the population again"))
+    for k, (index, ms) in enumerate(zip(indices, members)):
+        rd = stack.enter_context(MemberRunDir.claim(ms.run_dir, hint="pass --overwrite to train the population again"))
+        rd.bind(index, rows)
         rd.write_settings(ms)
         config = to_rllib_config(ms)
         config.algo_class = PopulationMemberDQN  # a ZeroSyncDQN whose iteration the population splits

@@ -3,11 +3,12 @@
 Shard g holds members ``numpy.array_split(range(P), G)[g]`` (consecutive blocks) as a
 :class:`~rl_zerosync.population.lockstep.Population` of its own, in its own Ray actor
 (:class:`PopulationShard`: one GPU when the cluster has G of them, else one CPU; spread over the
-nodes). Every lockstep iteration the driver asks every shard for one iteration and gets back only
-each member's validation metric of that iteration (``None`` when it did not validate): one small
-gather per iteration. PBT ranks the whole population at the driver; a copy between two shards moves
-the source member's buffers through Ray's object store (the driver passes the reference on, it never
-fetches them). Members write their run directories from their shard's node: ``run.dir`` is made
+nodes). Every lockstep iteration the driver asks every shard for one iteration and gets back each
+member's validation metric of that iteration (``None`` when it did not validate) and its metrics row:
+one small gather per iteration; the driver writes the rows into the population's one table
+(:class:`~rl_zerosync.rundir.metrics_table.MetricsTable`). PBT ranks the whole population at the
+driver; a copy between two shards moves the source member's buffers through Ray's object store (the
+driver passes the reference on, it never fetches them). Members write their run directories from their shard's node: ``run.dir`` is made
 absolute and must be a file system every node sees (as Ray Tune's ``storage_path``). A member's
 result does not depend on its shard: 2 shards give the members of 1 shard, bit for bit on CPUs.
 """
@@ -23,6 +24,7 @@ import ray
 
 from rl_zerosync.config.settings import Settings, from_dict
 from rl_zerosync.population.space import PopulationSettings
+from rl_zerosync.rundir.metrics_table import MEMBER_COLUMN, MetricsTable
 
 
 def shard_members(pop: PopulationSettings) -> list[list[int]]:
@@ -43,7 +45,7 @@ class _Shard:
         self._stack = contextlib.ExitStack()
         members = [member_settings(settings, pop.members[k]) for k in indices]
         try:
-            self.population = Population(settings, pop, members, self._stack, indices=indices)
+            self.population = Population(settings, pop, members, self._stack, indices=indices, table=False)
         except BaseException:
             self._stack.close()
             raise
@@ -53,11 +55,12 @@ class _Shard:
         return ray.get_runtime_context().get_node_id()
 
     def step(self) -> dict[str, Any]:
-        """One iteration of this shard's members: whether it validated, each member's metric, done."""
+        """One iteration of this shard's members: whether it validated, each member's metric, their
+        metrics rows (``member`` column), done."""
         validated = self.population.step_members()
         values = dict(zip(self.population.indices, self.population.values()))
-        return {"validated": validated, "values": values, "done": self.population.done,
-                "iteration": self.population.iteration}
+        return {"validated": validated, "values": values, "rows": self.population.last_rows,
+                "done": self.population.done, "iteration": self.population.iteration}
 
     def timing(self) -> dict:
         return {**self.population.timing, "graph_captures": self.population.graph_captures}
@@ -150,6 +153,8 @@ class ShardedPopulation:
         self.settings, self.pop, self.parent = settings, pop, settings.run_dir
         self.metric = settings.run.eval_metric
         self.shards, self.where = start_shards(settings, pop)
+        self.table = MetricsTable(self.parent).open()
+        """The population's one metrics table: the shards' rows, written here."""
         self.pbt = Pbt(pop, self.metric) if pop.pbt_every else None
         self.passes = 0
         self.done = False
@@ -168,6 +173,7 @@ class ShardedPopulation:
         for info in infos:
             for k, v in info["values"].items():
                 values[int(k)] = v
+        self.table.write(sorted((row for info in infos for row in info["rows"]), key=lambda r: r[MEMBER_COLUMN]))
         self.done = all(info["done"] for info in infos)
         self.iteration = max(info["iteration"] for info in infos)
         lines = []
@@ -201,6 +207,7 @@ class ShardedPopulation:
         return sorted(rows, key=lambda r: r["member"])
 
     def close(self) -> None:
+        self.table.close()
         with contextlib.suppress(Exception):
             ray.get([s.close.remote() for s in self.shards])
         for s in self.shards:

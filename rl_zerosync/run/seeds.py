@@ -36,6 +36,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from rl_zerosync.run.children import Stop, Stopped, spawn, stop_all, write_json_atomic
+from rl_zerosync.rundir.metrics_table import read_metrics
 
 BOOTSTRAP_RESAMPLES = 10_000
 MIN_SEEDS_FOR_INTERVAL = 5
@@ -70,7 +71,7 @@ def seed_record(run_dir: Path) -> dict[str, Any]:
     """One seed's numbers from its run directory (evaluation/metrics.json + metrics.jsonl)."""
     report = json.loads((run_dir / "evaluation" / "metrics.json").read_text())
     s = report["summary"]
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rows = read_metrics(run_dir)  # a seed's own metrics.jsonl, or its member's rows of the population's table
     evals = [r for r in rows if "eval/validation_sharpe" in r]
     return {
         "checkpoint_iteration": s.get("checkpoint_iteration"),
@@ -99,7 +100,7 @@ def seed_record(run_dir: Path) -> dict[str, Any]:
 def validation_record(run_dir: Path) -> dict[str, Any]:
     """One seed's validation numbers only (metrics.jsonl's validation passes; nothing of its test
     segment): the best pass's iteration and Sharpe, and the curve."""
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rows = read_metrics(run_dir)
     evals = [r for r in rows if r.get("eval/validation_sharpe") is not None]
     if not evals:
         raise RuntimeError(f"{run_dir}/metrics.jsonl: no validation pass (eval/validation_sharpe); a "

@@ -1,0 +1,125 @@
+"""A run's metrics rows, wherever they are written: a single run's ``metrics.jsonl`` or a population's
+one table.
+
+A single run writes ``<run>/metrics.jsonl`` (:meth:`~rl_zerosync.rundir.run_dir.RunDir.log`). A
+population writes **one** table for all its members, :class:`MetricsTable`:
+``<population>/metrics.jsonl`` (one row per member per iteration: the single run's row of
+:func:`~rl_zerosync.rundir.run_dir.metrics_row` with a ``member`` column) and one TensorBoard writer
+in ``<population>/tensorboard/`` (tags ``member<k>/<the single run's name>``). A member's directory
+``<population>/member<k>/`` keeps what ``evaluate`` / ``export --member K`` read (its settings and
+checkpoints), not a metrics file of its own.
+
+:func:`read_metrics` is how everything reads a run's rows (evaluation's evidence, ``--seeds``
+reports, the population's plot, benchmarks, tests): a run's own ``metrics.jsonl``, or for a member
+directory its rows of the population's table, without the ``member`` column (the rows its single run
+writes).
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from rl_zerosync.rundir.run_dir import METRICS_FILE, TB_QUEUE, TENSORBOARD_DIR, RunDir
+
+__all__ = ["MEMBER_COLUMN", "MetricsTable", "read_metrics", "member_of"]
+
+MEMBER_COLUMN = "member"
+"""The population table's column that names a row's member (its index ``k``, of ``member<k>/``)."""
+MEMBER_DIR = re.compile(r"member(\d+)")
+"""A population member's directory name (``population/members.py``'s ``member{index}``)."""
+_TB_ILLEGAL = re.compile(r"[^-/\w\.]")
+"""Characters TensorBoard's tags may not hold (tensorboardX's ``add_scalar`` puts ``_`` for them too)."""
+
+
+def member_of(run_dir: str | Path) -> int | None:
+    """The member index of ``run_dir`` when it is a population member's directory (named ``member<k>``,
+    its parent holding the population's table), else None."""
+    path = Path(run_dir)
+    match = MEMBER_DIR.fullmatch(path.name)
+    if match is None or not (path.parent / METRICS_FILE).is_file():
+        return None
+    return int(match.group(1))
+
+
+def _rows(path: Path) -> list[dict]:
+    """The JSON rows of a ``metrics.jsonl`` (a damaged line is a ``ValueError`` naming the file and line)."""
+    rows = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):  # host read: run metadata
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except ValueError as err:
+            raise ValueError(f"{path}, line {number}: not a JSON metrics row ({err})") from None
+    return rows
+
+
+def read_metrics(run_dir: str | Path) -> list[dict]:
+    """The metrics rows of the run in ``run_dir``, in the order written: its own ``metrics.jsonl``, or
+    for a population member's directory (:func:`member_of`) the member's rows of the population's table
+    without the ``member`` column. ``FileNotFoundError`` naming both places when there is neither."""
+    path = Path(run_dir)
+    own = path / METRICS_FILE
+    if own.is_file():
+        return _rows(own)
+    k = member_of(path)
+    if k is None:
+        raise FileNotFoundError(f"{own}: no metrics.jsonl (and {path.name} is not a member of a population "
+                                f"whose table is {path.parent / METRICS_FILE})")
+    return [{key: v for key, v in row.items() if key != MEMBER_COLUMN}
+            for row in _rows(path.parent / METRICS_FILE) if row.get(MEMBER_COLUMN) == k]
+
+
+class MetricsTable:
+    """A population's one metrics table and TensorBoard writer in its directory ``path`` (see the module
+    docstring). :meth:`open`, then :meth:`write` every iteration's rows, then :meth:`close`."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._jsonl = None
+        self._tb = None
+
+    def open(self) -> "MetricsTable":
+        """Open ``metrics.jsonl`` (appended to) and this session's TensorBoard event file (recorded in the
+        directory's inventory first, so ``--overwrite`` removes them)."""
+        from tensorboardX import FileWriter
+
+        self.path.mkdir(parents=True, exist_ok=True)
+        RunDir(self.path).record(METRICS_FILE, TENSORBOARD_DIR)
+        self._jsonl = open(self.path / METRICS_FILE, "a")
+        tb_dir = self.path / TENSORBOARD_DIR
+        session = len(list(tb_dir.glob("events.out.tfevents.*"))) if tb_dir.is_dir() else 0
+        self._tb = FileWriter(str(tb_dir), max_queue=TB_QUEUE, filename_suffix=f".{session:04d}")
+        return self
+
+    def write(self, rows: list[dict]) -> None:
+        """One iteration's rows (each a :func:`~rl_zerosync.rundir.run_dir.metrics_row` with its
+        ``member``): one append to ``metrics.jsonl`` and one TensorBoard event per row (all its scalars,
+        tagged ``member<k>/<name>``), flushed once."""
+        from tensorboardX.proto.summary_pb2 import Summary
+
+        if not rows:
+            return
+        if self._jsonl is None:
+            raise RuntimeError(f"{self.path / METRICS_FILE}: the population's metrics table is not open")
+        try:
+            self._jsonl.write("".join(json.dumps(row) + "\n" for row in rows))
+            self._jsonl.flush()
+            for row in rows:
+                tag = f"member{row[MEMBER_COLUMN]}/"
+                values = [Summary.Value(tag=_TB_ILLEGAL.sub("_", tag + name), simple_value=float(value))
+                          for name, value in row.items() if name not in (MEMBER_COLUMN, "iteration")]
+                self._tb.add_summary(Summary(value=values), int(row["iteration"]))
+            self._tb.flush()
+        except OSError as err:
+            its = sorted({int(row["iteration"]) for row in rows})
+            raise OSError(err.errno, f"cannot write {self.path / METRICS_FILE}: {err.strerror or err}; rows "
+                                     f"before iteration {its[0]} are kept") from None
+
+    def close(self) -> None:
+        """Close ``metrics.jsonl`` and the TensorBoard writer (if open)."""
+        if self._jsonl is not None:
+            self._jsonl.close()
+            self._tb.close()
+            self._jsonl = self._tb = None
