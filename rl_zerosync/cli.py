@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import errno
 import os
-import signal
 import subprocess
 import sys
 import traceback
@@ -386,152 +385,104 @@ def _train_population(settings, args) -> int:
 
 
 def _command(args) -> int:
-    if args.command == "train":
-        from rl_zerosync.rundir.checkpoints import CheckpointError
-        from rl_zerosync.rundir.lock import RunDirError, RunExistsError, RunLock
-        from rl_zerosync.rundir.run_dir import RunDir
-        from rl_zerosync.config.settings import SettingsError, load
-        from rl_zerosync.run.train import train
-
-        try:
-            settings = load(args.config, args.set)
-        except SettingsError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
-        if args.resume and args.overwrite:
-            print("error: --resume and --overwrite cannot be combined", file=sys.stderr)
-            return 2
-        if args.seeds is not None:
-            from rl_zerosync.run.seeds import parse_seeds, summary_line, train_seeds
-
-            try:
-                seeds = parse_seeds(args.seeds)
-            except ValueError as err:
-                print(f"error: {err}", file=sys.stderr)
-                return 2
-            if args.parallel is not None and args.parallel < 1:
-                print(f"error: --parallel: expected an int >= 1, got {args.parallel}", file=sys.stderr)
-                return 2
-            from rl_zerosync.run.seeds import POPULATION_DIR, together_blocker, together_line
-
-            parent = settings.run_dir
-            if args.resume and Path(args.resume).resolve() != parent.resolve():
-                print(f"error: --resume {args.resume} with --seeds: expected the sweep's directory {parent} "
-                      "(run.dir/run.name of the config)", file=sys.stderr)
-                return 2
-            if args.resume and (parent / POPULATION_DIR).exists():
-                print(f"error: --resume {parent}: the sweep trained as one population process ({parent / POPULATION_DIR}"
-                      "/); a population cannot be resumed yet: pass --overwrite to train the seeds again",
-                      file=sys.stderr)
-                return 2
-            why = ("--parallel given" if args.parallel is not None else "--processes given" if args.processes
-                   else "--resume given" if args.resume else together_blocker(settings, seeds))
-            together = why is None
-            parallel = args.parallel or 1
-            print(together_line(settings, seeds) if together else
-                  f"seeds {','.join(map(str, seeds))}: one process per seed, {parallel} at a time ({why})", flush=True)
-            try:
-                # The parent is locked for the whole sweep; every seed's directory (or the population's)
-                # is checked (and with --overwrite cleared) here, then locked again by its own process.
-                with RunLock(parent):
-                    plans = None
-                    if args.resume:
-                        from rl_zerosync.run.seeds import seed_plans
-
-                        plans = seed_plans(args.config, args.set, parent, seeds)
-                    if together and not args.overwrite and (parent / POPULATION_DIR / "population.json").is_file():
-                        # checked before the claim, which would take the population's metrics.jsonl for a run to resume
-                        raise RunExistsError(f"{parent / POPULATION_DIR} already holds a population "
-                                             f"(population.json); pass --overwrite to train the seeds again",
-                                             parent / POPULATION_DIR)
-                    for name in ([POPULATION_DIR] if together else
-                                 [f"seed{seed}" for seed in seeds if plans is None or plans[seed][0] == "trained"]):
-                        RunDir.claim(parent / name, overwrite=args.overwrite,
-                                     hint=f"pass --resume {parent} to continue the sweep or --overwrite to "
-                                          "train the seeds again").close()
-                    if together and (parent / POPULATION_DIR / "population.json").is_file():
-                        (parent / POPULATION_DIR / "population.json").unlink()  # --overwrite
-                    report = train_seeds(args.config, args.set, seeds, parallel=parallel, together=together,
-                                         plans=plans)
-            except RunDirError as err:
-                _run_dir_error(err, args, resume=False)
-                return 2
-            if report.get("partial"):
-                print(f"seeds: interrupted; {len(report['per_seed'])} finished, unfinished "
-                      f"{report['unfinished_seeds']} (checkpoints kept); seeds.json marked partial; "
-                      f"--resume {parent} continues it", flush=True)
-                print(f"seeds report: {report['path']}", flush=True)
-                return 128 + int(report.get("interrupted_by") or signal.SIGTERM)
-            print(summary_line(report), flush=True)
-            print(f"seeds report: {report['path']}", flush=True)
-            return 0
-        from rl_zerosync.learner.training_guard import TrainingHalted
-
-        if settings.population is not None:
-            return _train_population(settings, args)
-        try:
-            result = train(settings, resume=args.resume, overwrite=args.overwrite)
-        except (RunDirError, CheckpointError) as err:
-            _run_dir_error(err, args, resume=True)
-            return 2
-        except TrainingHalted as err:
-            print(f"error: {err}; {_kept_checkpoint(settings.run_dir)}", file=sys.stderr)
-            return EXIT_HALTED
-        signum = result.get("interrupted_by")
-        return 128 + signum if signum else 0
+    """Run the parsed command (one function per command)."""
     if args.command == "evaluate" and (args.walk_forward is not None or args.config is not None):
         return _walk_forward(args)
-    if args.command == "evaluate":
-        if args.checkpoint is None:
-            print("error: evaluate needs --checkpoint DIR (or --walk-forward K --config FILE)", file=sys.stderr)
-            return 2
-        if args.resume:
-            print("error: evaluate --resume continues a walk-forward: it needs --walk-forward K --config FILE",
-                  file=sys.stderr)
-            return 2
-        from rl_zerosync.evaluation.evaluate import evaluate_checkpoint
-        from rl_zerosync.population.report import member_checkpoint
+    return {"train": _train, "evaluate": _evaluate, "export": _export, "report": _report,
+            "bench": _bench}.get(args.command, lambda _args: 2)(args)
 
-        args.checkpoint = member_checkpoint(args.checkpoint, args.member)
-        # A --set key outside data.* is a SettingsError (one line, exit 2) before anything loads.
-        report = evaluate_checkpoint(args.checkpoint, data=args.data, out_dir=args.out, which=args.which,
-                                     overrides=args.set)
-        if report.get("output_line"):
-            print(report["output_line"])
-        print(report["summary_line"])
-        print(report["verdict_line"])
-        return 0
-    if args.command == "export":
-        from rl_zerosync.population.report import member_checkpoint
-        from rl_zerosync.serving.export import export_policy
 
-        args.checkpoint = member_checkpoint(args.checkpoint, args.member)
-        try:
-            res = export_policy(args.checkpoint, fmt=args.format, out=args.out, which=args.which)
-        except ImportError as err:  # a missing optional package (onnx): one line
-            print(f"error: {err}", file=sys.stderr)
-            return 2
-        print(f"exported {res['action_mode']} policy of {res['checkpoint']} to {res['path']} "
-              f"(metadata {res['metadata_path']})")
-        return 0
-    if args.command == "report":
-        from rl_zerosync.evaluation.tearsheet import tear_sheet
+def _train(args) -> int:
+    from rl_zerosync.rundir.checkpoints import CheckpointError
+    from rl_zerosync.rundir.lock import RunDirError
+    from rl_zerosync.config.settings import SettingsError, load
+    from rl_zerosync.learner.training_guard import TrainingHalted
+    from rl_zerosync.run.train import train
+
+    try:
+        settings = load(args.config, args.set)
+    except SettingsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.resume and args.overwrite:
+        print("error: --resume and --overwrite cannot be combined", file=sys.stderr)
+        return 2
+    if args.seeds is not None:
+        from rl_zerosync.run.seeds import SweepArgumentError, sweep_command
 
         try:
-            res = tear_sheet(args.run, html=args.html, out=args.out)
-        except ImportError as err:  # quantstats not installed: one line
+            return sweep_command(settings, args)
+        except SweepArgumentError as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
-        print(res["table"])
-        if not res["sharpe_check"]["within_tolerance"]:
-            print(f"warning: quantstats' Sharpe differs from metrics.json's by more than "
-                  f"{res['sharpe_check']['tolerance']:g}: {res['sharpe_check']}", file=sys.stderr)
-        print(res["line"])
-        return 0
-    if args.command == "bench":
-        return _bench(args)
-    return 2
+        except RunDirError as err:
+            _run_dir_error(err, args, resume=False)
+            return 2
+    if settings.population is not None:
+        return _train_population(settings, args)
+    try:
+        result = train(settings, resume=args.resume, overwrite=args.overwrite)
+    except (RunDirError, CheckpointError) as err:
+        _run_dir_error(err, args, resume=True)
+        return 2
+    except TrainingHalted as err:
+        print(f"error: {err}; {_kept_checkpoint(settings.run_dir)}", file=sys.stderr)
+        return EXIT_HALTED
+    signum = result.get("interrupted_by")
+    return 128 + signum if signum else 0
 
+
+def _evaluate(args) -> int:
+    if args.checkpoint is None:
+        print("error: evaluate needs --checkpoint DIR (or --walk-forward K --config FILE)", file=sys.stderr)
+        return 2
+    if args.resume:
+        print("error: evaluate --resume continues a walk-forward: it needs --walk-forward K --config FILE",
+              file=sys.stderr)
+        return 2
+    from rl_zerosync.evaluation.evaluate import evaluate_checkpoint
+    from rl_zerosync.population.report import member_checkpoint
+
+    args.checkpoint = member_checkpoint(args.checkpoint, args.member)
+    # A --set key outside data.* is a SettingsError (one line, exit 2) before anything loads.
+    report = evaluate_checkpoint(args.checkpoint, data=args.data, out_dir=args.out, which=args.which,
+                                 overrides=args.set)
+    if report.get("output_line"):
+        print(report["output_line"])
+    print(report["summary_line"])
+    print(report["verdict_line"])
+    return 0
+
+
+def _export(args) -> int:
+    from rl_zerosync.population.report import member_checkpoint
+    from rl_zerosync.serving.export import export_policy
+
+    args.checkpoint = member_checkpoint(args.checkpoint, args.member)
+    try:
+        res = export_policy(args.checkpoint, fmt=args.format, out=args.out, which=args.which)
+    except ImportError as err:  # a missing optional package (onnx): one line
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"exported {res['action_mode']} policy of {res['checkpoint']} to {res['path']} "
+          f"(metadata {res['metadata_path']})")
+    return 0
+
+
+def _report(args) -> int:
+    from rl_zerosync.evaluation.tearsheet import tear_sheet
+
+    try:
+        res = tear_sheet(args.run, html=args.html, out=args.out)
+    except ImportError as err:  # quantstats not installed: one line
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(res["table"])
+    if not res["sharpe_check"]["within_tolerance"]:
+        print(f"warning: quantstats' Sharpe differs from metrics.json's by more than "
+              f"{res['sharpe_check']['tolerance']:g}: {res['sharpe_check']}", file=sys.stderr)
+    print(res["line"])
+    return 0
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -393,3 +393,84 @@ def summary_line(report: dict[str, Any]) -> str:
             f"(test) {s['best_rule_test_sharpe_mean']:+.2f} | agent - rule chosen on validation "
             f"{s['agent_minus_best_rule_mean']:+.2f} | "
             + " ".join(f"{k} {v:+.2f}" for k, v in r.items()))
+
+
+# --- train --seeds: the sweep's command -------------------------------------------------------------
+
+class SweepArgumentError(ValueError):
+    """A ``train --seeds`` argument that cannot be run (one ``error:`` line, exit 2)."""
+
+
+def _sweep_layout(settings, args) -> tuple[list[int], bool, int, str | None]:
+    """(seeds, together, parallel, why not together) of ``train --seeds``; argument errors raised."""
+    seeds = parse_seeds(args.seeds)  # ValueError: a SweepArgumentError below
+    if args.parallel is not None and args.parallel < 1:
+        raise SweepArgumentError(f"--parallel: expected an int >= 1, got {args.parallel}")
+    parent = settings.run_dir
+    if args.resume and Path(args.resume).resolve() != parent.resolve():
+        raise SweepArgumentError(f"--resume {args.resume} with --seeds: expected the sweep's directory {parent} "
+                                 "(run.dir/run.name of the config)")
+    if args.resume and (parent / POPULATION_DIR).exists():
+        raise SweepArgumentError(f"--resume {parent}: the sweep trained as one population process "
+                                 f"({parent / POPULATION_DIR}/); a population cannot be resumed yet: pass "
+                                 "--overwrite to train the seeds again")
+    why = ("--parallel given" if args.parallel is not None else "--processes given" if args.processes
+           else "--resume given" if args.resume else together_blocker(settings, seeds))
+    return seeds, why is None, args.parallel or 1, why
+
+
+def _claim_sweep(settings, args, seeds: Sequence[int], together: bool):
+    """Check (and with --overwrite clear) every seed's directory or the population's, under the parent's
+    lock held by the caller; the plans of a resumed sweep (None otherwise)."""
+    from rl_zerosync.rundir.lock import RunExistsError
+    from rl_zerosync.rundir.run_dir import RunDir
+
+    parent = settings.run_dir
+    plans = seed_plans(args.config, args.set, parent, seeds) if args.resume else None
+    population_json = parent / POPULATION_DIR / "population.json"
+    if together and not args.overwrite and population_json.is_file():
+        # checked before the claim, which would take the population's metrics.jsonl for a run to resume
+        raise RunExistsError(f"{parent / POPULATION_DIR} already holds a population (population.json); "
+                             "pass --overwrite to train the seeds again", parent / POPULATION_DIR)
+    for name in ([POPULATION_DIR] if together else
+                 [f"seed{seed}" for seed in seeds if plans is None or plans[seed][0] == "trained"]):
+        RunDir.claim(parent / name, overwrite=args.overwrite,
+                     hint=f"pass --resume {parent} to continue the sweep or --overwrite to "
+                          "train the seeds again").close()
+    if together and population_json.is_file():
+        population_json.unlink()  # --overwrite
+    return plans
+
+
+def sweep_command(settings, args) -> int:
+    """``train --seeds`` (``args``: the parsed command line): the seeds as one population process or
+    one process per seed, the report and its lines; the exit code. Raises :class:`SweepArgumentError`
+    for arguments that cannot run and the run-directory errors of a seed's directory (the CLI prints
+    both as one line, exit 2)."""
+    import signal
+
+    from rl_zerosync.rundir.lock import RunLock
+
+    try:
+        seeds, together, parallel, why = _sweep_layout(settings, args)
+    except SweepArgumentError:
+        raise
+    except ValueError as err:
+        raise SweepArgumentError(str(err)) from None
+    parent = settings.run_dir
+    print(together_line(settings, seeds) if together else
+          f"seeds {','.join(map(str, seeds))}: one process per seed, {parallel} at a time ({why})", flush=True)
+    # The parent is locked for the whole sweep; every seed's directory (or the population's) is
+    # checked here, then locked again by its own process.
+    with RunLock(parent):
+        plans = _claim_sweep(settings, args, seeds, together)
+        report = train_seeds(args.config, args.set, seeds, parallel=parallel, together=together, plans=plans)
+    if report.get("partial"):
+        print(f"seeds: interrupted; {len(report['per_seed'])} finished, unfinished "
+              f"{report['unfinished_seeds']} (checkpoints kept); seeds.json marked partial; "
+              f"--resume {parent} continues it", flush=True)
+        print(f"seeds report: {report['path']}", flush=True)
+        return 128 + int(report.get("interrupted_by") or signal.SIGTERM)
+    print(summary_line(report), flush=True)
+    print(f"seeds report: {report['path']}", flush=True)
+    return 0
