@@ -22,8 +22,9 @@ with ``run.seed = k`` (:mod:`rl_zerosync.population.members`), which is what ``-
 
 Every command is a subprocess, timed from its start to its exit, so ``wall_s`` covers Python and
 Ray start-up, training, validation, the final checkpoints and the end-of-run evaluation of every
-member (``run.evaluate`` is on). Per configuration, from every member's ``metrics.jsonl`` (one row
-per training iteration; ``time_this_iter_s`` is RLlib's ``algo.train()`` time, validation and
+member (``run.evaluate`` is on). Per configuration, from every member's metrics rows (a seed's
+``metrics.jsonl``, a member's rows of the population's one table; one row per training iteration;
+``time_this_iter_s`` is RLlib's ``algo.train()`` time, validation and
 checkpoints excluded; per-iteration env steps and updates are the increments of
 ``env_runners/num_env_steps_sampled_lifetime`` and ``learners/default_policy/zerosync/updates_lifetime``):
 
@@ -173,7 +174,7 @@ def increments(rows: list[dict], key: str) -> list[float]:
 
 
 def measure(run: dict, parent: Path, wall_s: float) -> dict:
-    """The numbers of one configuration (see the module docstring) from its members' metrics.jsonl."""
+    """The numbers of one configuration (see the module docstring) from its members' metrics rows (read_metrics)."""
     rows = [iteration_rows(parent / m) for m in run["members"]]
     p = run["p"]
     n_iter = min(len(r) for r in rows)
