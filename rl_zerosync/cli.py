@@ -37,6 +37,22 @@ def _parser() -> argparse.ArgumentParser:
                         "or set RL_ZEROSYNC_DEBUG=1)")
     sub = p.add_subparsers(dest="command", required=True)
 
+    for add in (_train_parser, _evaluate_parser, _export_parser, _report_parser, _bench_parser):
+        add(sub)
+    return p
+
+
+def _checkpoint_choice(parser: argparse.ArgumentParser) -> None:
+    """``--which`` and ``--member``: which checkpoint of a run or population directory (evaluate, export)."""
+    parser.add_argument("--which", choices=("best", "last"), default="best",
+                        help="for a run directory: the best-validation checkpoint (default; an error when the "
+                             "run saved none) or the last")
+    parser.add_argument("--member", type=int, default=None, metavar="K",
+                        help="a population directory's member K (default: for a population directory, the "
+                             "member selected on validation)")
+
+
+def _train_parser(sub) -> None:
     t = sub.add_parser("train", help="train from a YAML config")
     t.add_argument("--config", required=True, help="YAML settings file (see configs/)")
     t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -56,17 +72,15 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--processes", action="store_true",
                    help="with --seeds: one process per seed even when the seeds fit one population process")
 
+
+def _evaluate_parser(sub) -> None:
     e = sub.add_parser("evaluate", help="greedy policy on the test segment -> metrics JSON, per-bar CSV + PNG",
                        description="Evaluate a checkpoint (--checkpoint: metrics.json, per-bar "
                                    "bars_<segment>.csv and portfolio_<segment>.csv (and .parquet), "
                                    "report.png), or train and evaluate K walk-forward folds of a config "
                                    "with a file data source (--walk-forward K --config FILE).")
     e.add_argument("--checkpoint", default=None, metavar="DIR", help="run or checkpoint directory")
-    e.add_argument("--which", choices=("best", "last"), default="best",
-                   help="for a run directory: the best-validation checkpoint (default; an error when the run "
-                        "saved none) or the last")
-    e.add_argument("--member", type=int, default=None, metavar="K",
-                   help="a population directory's member K (default: for a population directory, the member selected on validation)")
+    _checkpoint_choice(e)
     e.add_argument("--data", default=None, metavar="FILE",
                    help="CSV/Parquet OHLCV file to evaluate on (default: the run's validation and test "
                         "segments); read with the run's column mapping unless --set data.columns... says otherwise")
@@ -98,21 +112,21 @@ def _parser() -> argparse.ArgumentParser:
                         "with --checkpoint only data.KEY settings of the evaluated data, e.g. "
                         "data.periods_per_year=252, data.columns.close='Adj Close', data.spread_bps=5")
 
+
+def _export_parser(sub) -> None:
     x = sub.add_parser("export", help="the greedy policy of a checkpoint as TorchScript or ONNX (+ JSON metadata)",
                        description="Write the Q network, its greedy action choice and (routed mode) the routing "
                                    "rule as one file mapping (obs, market) -> (action, exposure, order type, "
                                    "urgency), with its metadata beside it as <out>.json (rl_zerosync.serving.export).")
     x.add_argument("--checkpoint", required=True, metavar="DIR", help="run or checkpoint directory")
-    x.add_argument("--which", choices=("best", "last"), default="best",
-                   help="for a run directory: the best-validation checkpoint (default; an error when the run "
-                        "saved none) or the last")
-    x.add_argument("--member", type=int, default=None, metavar="K",
-                   help="a population directory's member K (default: for a population directory, the member selected on validation)")
+    _checkpoint_choice(x)
     x.add_argument("--format", choices=("torchscript", "onnx"), default="torchscript",
                    help="torchscript (default) or onnx (needs the onnx and onnxscript packages)")
     x.add_argument("--out", default=None, metavar="FILE",
                    help="model file (default <run>/export/<checkpoint>.pt or .onnx)")
 
+
+def _report_parser(sub) -> None:
     r = sub.add_parser("report", help="quantstats tear sheet of an evaluation's portfolio vs buy-and-hold",
                        description="Tear sheet of the equal-weight portfolio's net returns on the evaluation's "
                                    "test segment (all for evaluate --data) against buy-and-hold, with quantstats: "
@@ -124,11 +138,12 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--out", default=None, metavar="DIR",
                    help="where tearsheet.json (and .html) go (default: the evaluation directory)")
 
+
+def _bench_parser(sub) -> None:
     b = sub.add_parser("bench", help="run the learner and env-runner benchmarks (and the others)")
     b.add_argument("--quick", action="store_true", help="small CPU-sized runs")
     b.add_argument("--only", choices=BENCHMARKS, action="append", help="run only these")
     b.add_argument("--out-dir", default="benchmarks/results")
-    return p
 
 
 def _version() -> str:
@@ -299,7 +314,8 @@ def _input_error(err: BaseException) -> bool:
     if ray_exc is not None and isinstance(err, ray_exc.RayError):
         return False
     kinds: list[type] = [ValueError, FileNotFoundError]
-    for module, name in (("rl_zerosync.rundir.lock", "RunDirError"), ("rl_zerosync.rundir.checkpoints", "CheckpointError")):
+    for module, name in (("rl_zerosync.rundir.lock", "RunDirError"),
+                         ("rl_zerosync.rundir.checkpoints", "CheckpointError")):
         cls = getattr(sys.modules.get(module), name, None)
         if isinstance(cls, type):
             kinds.append(cls)

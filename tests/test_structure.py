@@ -338,3 +338,23 @@ def test_tests_benchmarks_and_examples_use_public_views():
                                 if name in RLLIB_PRIVATE_WITH_PUBLIC_VIEW else ""))
     assert not found, "private attributes of the learner / runner / replay / module used outside the " \
                       "package (use their public properties):\n" + "\n".join(found)
+
+
+MAX_FUNCTION_LINES = 80
+"""No library function or method is longer than this (its ``def`` line to its last line)."""
+
+
+def _long_functions(limit: int) -> list[tuple[str, str, int]]:
+    out = []
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > limit:
+                    out.append((name, node.name, lines))
+    return out
+
+
+def test_no_library_function_is_longer_than_the_limit():
+    assert _long_functions(MAX_FUNCTION_LINES) == []
+    assert _long_functions(40), "the finder sees long functions (a limit of 40 lines has some)"

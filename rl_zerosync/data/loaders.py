@@ -133,16 +133,26 @@ def load_market(
         "periods_per_year_source": ppy_source,
         "timestamps": "; ".join(sorted(set(notes))) if notes else "timestamps: none",
         "spread_source": dict(zip(asset_names, sources)),
-        # bar 0 of Corwin-Schultz has no estimate (the floor), so the median is over bars 1..n-1
-        "median_spread_bps": {n: float(np.median(sp[1:]) * 1e4) for n, sp in zip(asset_names, spreads)},
-        "spread_range_bps": {n: [float(np.min(sp[1:]) * 1e4), float(np.max(sp[1:]) * 1e4)]
-                             for n, sp in zip(asset_names, spreads)},
+        **_spread_info(asset_names, spreads, max_spread_bps),
         "execution_prices": list(kept),
         "warnings": ppy_warnings,
     }
+    return replace(market, source_info=info)
+
+
+def _spread_info(asset_names: Sequence[str], spreads: Sequence[np.ndarray],
+                 max_spread_bps: float | None) -> dict[str, Any]:
+    """The spread report of ``source_info``: median and range per asset in bps (and the bars at the
+    cap when ``data.max_spread_bps`` is set). Bar 0 of Corwin-Schultz has no estimate (the floor), so
+    the statistics are over bars 1..n-1."""
+    info: dict[str, Any] = {
+        "median_spread_bps": {n: float(np.median(sp[1:]) * 1e4) for n, sp in zip(asset_names, spreads)},
+        "spread_range_bps": {n: [float(np.min(sp[1:]) * 1e4), float(np.max(sp[1:]) * 1e4)]
+                             for n, sp in zip(asset_names, spreads)},
+    }
     if max_spread_bps is not None:
         info["bars_at_cap"] = {n: int(np.sum(sp[1:] >= max_spread_bps * 1e-4)) for n, sp in zip(asset_names, spreads)}
-    return replace(market, source_info=info)
+    return info
 
 
 def check_distinct_files(paths: Sequence[str | os.PathLike]) -> None:
