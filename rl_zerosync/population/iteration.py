@@ -181,21 +181,6 @@ def _population_update(loops: list[TrainLoop], mode: str):
     return PopulationUpdate([loop.algo.local_learner for loop in loops], mode=mode), None
 
 
-def _population_update(loops: list[TrainLoop], mode: str):
-    """``(PopulationUpdate, None)`` over the members' learners, or ``(None, why not)``: it needs each
-    member's learner and env runner in this process (``num_learners`` 0, ``num_env_runners`` 0) and no
-    ``runner.overlap``."""
-    from rl_zerosync.learner.population_update import PopulationUpdate
-
-    for k, loop in enumerate(loops):
-        a = loop.settings.algo
-        if a.num_learners or a.num_env_runners:
-            return None, f"member {k} has num_learners {a.num_learners}, num_env_runners {a.num_env_runners}; needs 0"
-        if loop.settings.runner.typed.overlap:
-            return None, f"member {k} has runner.overlap on"
-    return PopulationUpdate([loop.algo.local_learner for loop in loops], mode=mode), None
-
-
 def _population_rollout(loops: list[TrainLoop], mode: str, update):
     """``(PopulationRollout, None)`` stepping every member's envs as one batch, or ``(None, why not)``:
     ``population.rollout`` together, the population's learner update (same-process runners), and
