@@ -72,6 +72,23 @@ def test_walk_covers_every_bar_and_buy_and_hold_matches_prices(segment, lag):
     assert summary["action_mix"]["mix_exposure_4"] == 1.0 and summary["action_mix"]["mix_order_0"] == 1.0
 
 
+def test_time_splits_count_every_bar_once(segment):
+    """A walk in time splits (the training-data walk of an evaluation) covers the bars of the whole
+    walk, each once; a policy whose position its warm-up reaches (always long) gives the same records."""
+    params = EnvParams(episode_len=50, window=8)
+    hold = encode(4, 0, 1)
+    whole = evaluate_policy(lambda o: torch.full((o.shape[0],), hold), segment, params, baselines=False)
+    split = evaluate_policy(lambda o: torch.full((o.shape[0],), hold), segment, params, baselines=False,
+                            split_bars=100, split_warmup=16)
+    for a in range(segment.num_assets):
+        for key in ("net", "position", "trade", "cost"):
+            assert split.records[a][key].shape == whole.records[a][key].shape
+            np.testing.assert_allclose(split.records[a][key], whole.records[a][key], rtol=1e-6, atol=1e-9)
+    flip = evaluate_policy(lambda o: torch.full((o.shape[0],), hold), segment, params, baselines=False,
+                           split_bars=100, split_warmup=0)
+    assert flip.records[0]["trade"].sum() > whole.records[0]["trade"].sum()  # no warm-up: each split enters again
+
+
 def test_progress_feature_cycles_and_actions_are_validated(segment):
     params = EnvParams(episode_len=10, window=8)
     seen = []

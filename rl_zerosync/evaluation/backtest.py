@@ -99,6 +99,8 @@ def evaluate_policy(
     baselines: bool = True,
     rule_choice: Optional[Mapping[str, str]] = None,
     graph_key: object = None,
+    split_bars: int = 0,
+    split_warmup: int = 128,
 ) -> EvalResult:
     """Run ``policy_fn`` (obs f32[N, D] -> factored actions i64[N]; exposures 0..4 when
     ``route_exposure``, routed with the routing rule and ``routing`` thresholds) over every asset
@@ -106,12 +108,15 @@ def evaluate_policy(
     baselines on the same bars (``rule_choice``: the tuned rules' variants, e.g. chosen on
     validation; default: the best variant on this segment by mean Sharpe) and the action mix.
     ``graph_key``: not None when ``policy_fn`` only reads static tensors (e.g. a module's forward),
-    so its steps can be captured in a CUDA graph on the GPU; None steps eagerly."""
+    so its steps can be captured in a CUDA graph on the GPU; None steps eagerly. ``split_bars`` /
+    ``split_warmup``: walk in time splits (:class:`~rl_zerosync.evaluation.walk.SegmentWalk`);
+    default 0: each asset whole."""
     params = params if isinstance(params, EnvParams) else EnvParams.from_dict(params)
     params = replace(params, stop_drawdown=0.0)
     dev = torch.device(device) if device is not None else data.device
     data = data.to(dev)
-    walk = SegmentWalk(data, params, routing=(routing or {}) if route_exposure else None)
+    walk = SegmentWalk(data, params, routing=(routing or {}) if route_exposure else None,
+                       split_bars=split_bars, split_warmup=split_warmup)
     result = walk_result(walk, walk.run(lambda obs, state: policy_fn(obs), key=graph_key))
     add_prices(result, walk)
     if baselines:

@@ -442,13 +442,24 @@ def _score_portfolios(results: dict, portfolios: dict, reports: dict) -> None:
         reports[segment]["portfolio"] = portfolio_metrics(portfolios[segment], res.periods_per_year)
 
 
+TRAIN_SPLIT_BARS = 1024
+"""The training-data walk (a diagnostic: the overfitting gap) steps in time splits of this many bars,
+all in parallel, each starting flat ``SPLIT_WARMUP`` bars early, as the validation passes do; the
+validation and test segments are walked whole. (Whole, the training walk was the longest sequential
+loop of an evaluation: ~20,000 steps for ``local.yaml``.)"""
+
+
 def _walk_training_data(ev: _Evaluation) -> tuple[Any, Any]:
     """Without ``--data``: the greedy policy on the data it trained on (the overfitting gap, no
-    rules), as (result, training market); with ``--data``: (None, None)."""
+    rules; in time splits, :data:`TRAIN_SPLIT_BARS`), as (result, training market); with
+    ``--data``: (None, None)."""
+    from rl_zerosync.evaluation.validation import SPLIT_WARMUP
+
     if ev.data_file is not None:
         return None, None
     train_market = _training_market({**ev.settings, "data": ev.data_cfg})
-    return ev.walk(train_market, baselines=False), train_market
+    result = ev.walk(train_market, baselines=False, split_bars=TRAIN_SPLIT_BARS, split_warmup=SPLIT_WARMUP)
+    return result, train_market
 
 
 def _check_overlap(ev: _Evaluation, results: dict, train_market) -> tuple[dict[str, Any], list[str]]:
