@@ -373,6 +373,12 @@ def _write_error(err: BaseException) -> bool:
 
 
 def _one_line(err: BaseException) -> str:
+    """``err`` on one line; an ``OSError`` with an errno as its path, the system's words and the errno
+    name (:func:`~rl_zerosync.rundir.os_errors.os_error_text`), not Python's ``[Errno 28] ...``."""
+    if isinstance(err, OSError) and err.errno is not None:
+        from rl_zerosync.rundir.os_errors import os_error_text
+
+        err = os_error_text(err)
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
     return " | ".join(lines) or type(err).__name__
 

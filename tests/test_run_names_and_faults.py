@@ -95,7 +95,7 @@ def test_run_dir_that_is_a_file_or_read_only_is_one_line(tmp_path):
         ro = tmp_path / "ro"
         ro.mkdir()
         ro.chmod(0o500)
-        with pytest.raises(RunDirError, match="not writable"):
+        with pytest.raises(RunDirError, match=r"ro is not writable \(Permission denied \(EACCES\)\)"):
             check_writable_dir(ro / "r", "run.dir")
 
 
@@ -139,7 +139,7 @@ def test_disk_full_in_a_checkpoint_write_names_the_path_and_keeps_the_previous(t
             raise OSError(errno.ENOSPC, "No space left on device")
 
         monkeypatch.setattr(checkpoints, "write_manifest", full)
-        with pytest.raises(OSError, match=r"cannot write .*checkpoint\.tmp: No space left on device; the previous "
+        with pytest.raises(OSError, match=r"cannot write .*checkpoint\.tmp: No space left on device \(ENOSPC\); the previous "
                                           r".*checkpoint is intact") as err:
             run_dir.save(_FakeAlgo(2), settings)
         assert err.value.errno == errno.ENOSPC
@@ -160,6 +160,44 @@ def test_a_failed_write_is_one_line_with_exit_4(tmp_path, capsys, monkeypatch):
     assert cli.main(["export", "--checkpoint", str(tmp_path)]) == cli.EXIT_WRITE
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: write failed:") and "No space left" in err
+    assert "(ENOSPC)" in err and f"{tmp_path}/x" in err and "[Errno" not in err
+
+
+def test_os_errors_say_the_path_the_errno_name_and_the_systems_words(tmp_path, capsys, monkeypatch):
+    """A raw OSError reaching the command line (no message of ours around it) and the wrapped write of a
+    metrics table both name the path, the errno's symbol and its strerror."""
+    import errno
+
+    from rl_zerosync import cli
+    from rl_zerosync.rundir.metrics_table import MetricsTable
+    from rl_zerosync.rundir.os_errors import os_error_text
+
+    def denied(*args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", str(tmp_path / "locked.csv"))
+
+    monkeypatch.setattr(cli, "_command", denied)
+    assert cli.main(["export", "--checkpoint", str(tmp_path)]) == cli.EXIT_WRITE
+    err = capsys.readouterr().err
+    assert err == f"error: write failed: {tmp_path / 'locked.csv'}: Permission denied (EACCES)\n"
+    moved = OSError(errno.EXDEV, "Invalid cross-device link", "a", None, "b")
+    assert os_error_text(moved) == "a -> b: Invalid cross-device link (EXDEV)"
+    assert os_error_text(OSError("no errno")) == "no errno"
+
+    table = MetricsTable(tmp_path / "pop").open()
+
+    class Full:
+        def write(self, text):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def close(self):
+            pass
+
+    table._jsonl = Full()
+    with pytest.raises(OSError, match=r"cannot write .*metrics\.jsonl: No space left on device \(ENOSPC\); rows "
+                                      r"before iteration 3 are kept") as raised:
+        table.write([{"member": 0, "iteration": 3, "x": 1.0}])
+    assert raised.value.errno == errno.ENOSPC
+    table.close()
 
 
 def test_evaluate_out_that_is_a_file_is_one_line_before_loading(tmp_path, capsys):

@@ -67,6 +67,7 @@ import numpy as np
 from rl_zerosync.data.data_settings import DEFAULT_SPLIT, split_fractions
 from rl_zerosync.data.market import SPLITS, check_window
 from rl_zerosync.evaluation.deploy import DEFAULT_MARGIN, add_walk_forward_deployment, check_margin
+from rl_zerosync.rundir.os_errors import reason
 from rl_zerosync.rundir.progress import Steps, say
 
 RESULT_FILE = "walk_forward.json"
@@ -346,7 +347,7 @@ def finished_fold(fold_settings) -> tuple[dict[str, Any] | None, str]:
     try:
         report = json.loads(path.read_text())  # host read: run metadata
     except (OSError, ValueError) as err:
-        return None, f"{EVALUATION_DIR}/{FOLD_METRICS} unreadable ({err})"
+        return None, f"{EVALUATION_DIR}/{FOLD_METRICS} unreadable ({reason(err) if isinstance(err, OSError) else err})"
     summary = report.get("summary") if isinstance(report, dict) else None
     if not isinstance(summary, dict) or summary.get("segment") != "test":
         return None, f"{EVALUATION_DIR}/{FOLD_METRICS} holds no test summary"
@@ -359,7 +360,7 @@ def finished_fold(fold_settings) -> tuple[dict[str, Any] | None, str]:
     try:
         state = read_run_state(newest)
     except (OSError, ValueError) as err:
-        return None, f"{newest.name}/{RUN_STATE_FILE} unreadable ({err})"
+        return None, f"{newest.name}/{RUN_STATE_FILE} unreadable ({reason(err) if isinstance(err, OSError) else err})"
     it = state.get("iteration") if isinstance(state, dict) else None
     since = state.get("evals_since_best", 0) if isinstance(state, dict) else 0
     patience = run.early_stop_patience

@@ -10,6 +10,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from rl_zerosync.rundir.os_errors import reason
+
 LOCK_FILE = "run.lock"
 """Held in the run directory for the life of a run: ``{"pid", "host", "started", "pid_start"}``."""
 
@@ -45,7 +47,7 @@ def check_writable_dir(path: str | Path, key: str) -> None:
     try:
         fd, name = tempfile.mkstemp(prefix=".write-check-", dir=probe)
     except OSError as err:
-        raise RunDirError(f"{key} {path}: {probe} is not writable ({err.strerror or err})") from None
+        raise RunDirError(f"{key} {path}: {probe} is not writable ({reason(err)})") from None
     os.close(fd)
     os.unlink(name)
 

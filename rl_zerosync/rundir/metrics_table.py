@@ -20,6 +20,7 @@ import json
 import re
 from pathlib import Path
 
+from rl_zerosync.rundir.os_errors import write_failed
 from rl_zerosync.rundir.run_dir import METRICS_FILE, TB_QUEUE, TENSORBOARD_DIR, RunDir
 
 __all__ = ["MEMBER_COLUMN", "MetricsTable", "read_metrics", "member_of"]
@@ -114,8 +115,7 @@ class MetricsTable:
             self._tb.flush()
         except OSError as err:
             its = sorted({int(row["iteration"]) for row in rows})
-            raise OSError(err.errno, f"cannot write {self.path / METRICS_FILE}: {err.strerror or err}; rows "
-                                     f"before iteration {its[0]} are kept") from None
+            raise write_failed(err, self.path / METRICS_FILE, f"rows before iteration {its[0]} are kept") from None
 
     def close(self) -> None:
         """Close ``metrics.jsonl`` and the TensorBoard writer (if open)."""

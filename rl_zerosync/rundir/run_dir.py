@@ -36,6 +36,7 @@ from rl_zerosync.rundir.checkpoints import (
     checkpoint_candidates, read_run_state, verified_checkpoint, verify_checkpoint, warn,
 )
 from rl_zerosync.rundir.lock import LOCK_FILE, RunDirError, RunExistsError, RunLock
+from rl_zerosync.rundir.os_errors import write_failed
 
 TB_QUEUE = 1000
 """Events the TensorBoard writer holds before ``add_scalar`` waits for its writer thread."""
@@ -89,11 +90,6 @@ def metrics_row(result: dict) -> dict[str, float]:
 def _plain_name(name: Any) -> bool:
     """A top-level entry name of a run directory (no separators, not ``.`` or ``..``)."""
     return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\\" not in name
-
-
-def _write_failed(err: OSError, path: Path, kept: str) -> OSError:
-    """The ``OSError`` of a failed write as one line naming ``path`` and what is kept."""
-    return OSError(err.errno, f"cannot write {path}: {err.strerror or err}; {kept}")
 
 
 class _PlainDumper(yaml.SafeDumper):
@@ -403,7 +399,7 @@ class RunDir:
                 self._tb.add_scalar(name, value, step)
             self._tb.flush()
         except OSError as err:
-            raise _write_failed(err, self.path / METRICS_FILE, f"rows up to iteration {step - 1} are kept") from None
+            raise write_failed(err, self.path / METRICS_FILE, f"rows up to iteration {step - 1} are kept") from None
 
     def close_log(self) -> None:
         """Close ``metrics.jsonl`` and the TensorBoard writer (if open)."""
@@ -432,7 +428,7 @@ class RunDir:
             return self._save(algo, settings, name, tmp, run_state, keep, replay)
         except OSError as err:  # a full disk, a read-only file system: the previous checkpoint stays
             shutil.rmtree(tmp, ignore_errors=True)
-            raise _write_failed(err, tmp, self._kept(name)) from None
+            raise write_failed(err, tmp, self._kept(name)) from None
 
     def _kept(self, name: str) -> str:
         """What a failed checkpoint write leaves: the previous checkpoint, or nothing (said as it is)."""

@@ -57,6 +57,7 @@ from torch import nn
 
 from rl_zerosync.actions import OrderType, Urgency, decode_t
 from rl_zerosync.kernels.reference import route
+from rl_zerosync.rundir.os_errors import reason
 from rl_zerosync.serving.sidecar import MARKET_COLUMNS, OUTPUT_COLUMNS, input_spec
 
 FORMATS = ("torchscript", "onnx")
@@ -319,5 +320,5 @@ def _write_both(net, meta: dict, fmt: str, path: Path, meta_path: Path) -> None:
         for tmp in (tmp_model, tmp_meta):
             tmp.unlink(missing_ok=True)
         code = err.errno or errno.EIO
-        why = err.strerror or str(err).splitlines()[0]
+        why = reason(err).splitlines()[0]
         raise OSError(code, f"export: cannot write {current}: {why}") from None
