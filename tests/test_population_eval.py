@@ -1,5 +1,6 @@
-"""The members' end-of-run evaluations in several processes (``population.eval_processes``): every
-member's evaluation files are those of the evaluation in the population's own process. CPU."""
+"""The members' end-of-run evaluations: in several processes (``population.eval_processes``), every
+member's evaluation files are those of the one pass in the population's own process (whole for every
+member); a lean member of the pass has the same numbers. CPU."""
 from __future__ import annotations
 
 import contextlib
@@ -15,7 +16,7 @@ from tiny_run import tiny_raw
 pytestmark = pytest.mark.usefixtures("ray_local")
 
 
-def _train_and_evaluate(tmp_path: Path, procs) -> tuple[Path, list[str]]:
+def _train_and_evaluate(tmp_path: Path, procs, full=frozenset({0, 1})) -> tuple[Path, list[str]]:
     from rl_zerosync.population.lockstep import Population
     from rl_zerosync.population.members import all_member_settings
     from rl_zerosync.population.space import parse_population
@@ -32,7 +33,7 @@ def _train_and_evaluate(tmp_path: Path, procs) -> tuple[Path, list[str]]:
         while not population.done:
             population.step()
         population.save()
-        lines = population.evaluate_members()
+        lines = population.evaluate_members(full)
     return tmp_path / "pop", lines
 
 
@@ -53,6 +54,11 @@ def test_evaluations_in_processes_equal_in_process(tmp_path):
         assert sorted(ra.files) == sorted(rb.files) and all(np.array_equal(ra[f], rb[f]) for f in ra.files)
         assert (b / "evaluation" / "report.png").is_file()
     assert _metrics(here / "member0") != _metrics(here / "member1")
+    lean, _ = _train_and_evaluate(tmp_path / "lean", 1, frozenset({1}))
+    for k in range(2):
+        whole, mine = _metrics(here / f"member{k}"), _metrics(lean / f"member{k}")
+        assert mine["segments"]["test"] == whole["segments"]["test"] and mine["evidence"] == whole["evidence"]
+        assert ("lean" in mine) == (k == 0) and (lean / f"member{k}" / "evaluation" / "report.png").is_file() == (k == 1)
 
 
 def test_eval_processes_is_checked():

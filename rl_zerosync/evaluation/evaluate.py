@@ -247,6 +247,8 @@ class _Evaluation:
     """The line that names the default ``evaluation_<stem>/`` of ``--data`` (None otherwise)."""
     markets: dict = field(default_factory=dict)
     """Segment -> the market walked (built once: the test segment is read once, for the report)."""
+    modules: list = field(default_factory=list)
+    """The Q modules behind ``policy`` (the checkpoint's, then the ensemble's others)."""
 
     def walk(self, market, **kwargs):
         """The greedy policy over ``market`` (and, unless ``baselines=False``, the rules)."""
@@ -285,12 +287,36 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | None = None,
         return _evaluate_loaded(ev, data, steps)
 
 
-def _evaluate_loaded(ev: "_Evaluation", data: str | None, steps) -> dict[str, Any]:
-    """:func:`evaluate_checkpoint` once the checkpoint is loaded: every step after the first."""
+@dataclass
+class Walked:
+    """An evaluation's walks made elsewhere, handed to :func:`evaluate_walked` (a population's one pass
+    over all its members: :mod:`rl_zerosync.evaluation.population_pass`)."""
+
+    results: dict
+    """Segment -> the member's :class:`~rl_zerosync.evaluation.backtest.EvalResult` (agent, rules, oracle)."""
+    markets: dict
+    """Segment -> the market walked."""
+    lean: str | None = None
+    """None: the whole evaluation. A reason: metrics.json, the evidence and its returns only (no per-bar
+    files, training-data walk, cost sensitivity or report.png), the reason in the report's ``lean``."""
+
+
+def evaluate_walked(ev: "_Evaluation", walked: Walked) -> dict[str, Any]:
+    """The evaluation of ``ev`` from walks already made (``walked``), quietly; returns the report."""
+    from rl_zerosync.evaluation.threads import one_cpu_thread
+    from rl_zerosync.rundir.progress import Steps
+
+    ev.markets.update(walked.markets)
+    with one_cpu_thread(ev.device):
+        return _evaluate_loaded(ev, None, Steps("evaluate", total=1, quiet=True), walked)
+
+
+def _evaluate_loaded(ev: "_Evaluation", data: str | None, steps, walked: Walked | None = None) -> dict[str, Any]:
+    """:func:`evaluate_checkpoint` once the checkpoint is loaded: every step after the first (``walked``:
+    the segments walked already, :func:`evaluate_walked`)."""
     from rl_zerosync.evaluation.evidence import add_evidence
-    from rl_zerosync.evaluation.report_plot import plot_report
     from rl_zerosync.evaluation.eval_dir import record_in_run, written_whole
-    from rl_zerosync.evaluation.sensitivity import execution_line, execution_report
+    from rl_zerosync.evaluation.sensitivity import execution_line
     from rl_zerosync.evaluation.verdict import verdict
 
     report = _report_head(ev)
@@ -299,37 +325,69 @@ def _evaluate_loaded(ev: "_Evaluation", data: str | None, steps) -> dict[str, An
     # Written whole into <out>.tmp, then swapped in: no earlier evaluation's file stays beside these,
     # and a failure on the way leaves the previous evaluation as it was.
     with written_whole(ev.out_dir, marker) as tmp:
-        results = _walk_segments(ev, report["segments"], steps)
-        with steps.step("write the per-bar files"):
-            outputs, portfolios = write_series(results, tmp)
-            _score_portfolios(results, portfolios, report["segments"])
-        train, train_market = None, None
-        if ev.data_file is None:
-            with steps.step("walk the training data"):
-                train, train_market = _walk_training_data(ev)
-                report["segments"]["train"] = train.summary()
-        report["overlap"], report["warnings"] = _check_overlap(ev, results, train_market)
-        with steps.step(f"cost sensitivity on {ev.segments[-1]}"):
-            report["execution"] = execution_report(ev, results)  # settings, spreads, cost sensitivity
-        report["outputs"] = {"dir": str(tmp), "metrics_json": str(tmp / "metrics.json"),
-                             "report_png": str(tmp / "report.png"), **outputs}
+        if walked is None:
+            results = _walk_segments(ev, report["segments"], steps)
+        else:
+            results = walked.results
+            for segment, res in results.items():
+                report["segments"][segment] = segment_report(res, walked.markets[segment])
+        lean = walked.lean if walked is not None else None
+        outputs, portfolios, train = _files_and_walks(ev, results, report, tmp, steps, lean)
+        report["outputs"] = {"dir": str(tmp), "metrics_json": str(tmp / "metrics.json"), **outputs}
         report["summary"] = _summary(ev, results, report, train)
         with steps.step("evidence statistics"):
             add_evidence(report, results, ev.segments, ev.ckpt.parent,
                          ev.settings["run"].get("eval_metric", "sharpe"), tmp)
-        with steps.step("draw report.png"):
-            plot_report(results, portfolios, tmp / "report.png", execution=report["execution"])
+        png = _plot(results, portfolios, report, tmp, steps, lean)
         report["outputs"] = _moved(report["outputs"], tmp, ev.out_dir)  # the paths they have once swapped in
-        png = ev.out_dir / "report.png"
         report["verdict_line"] = report["summary"]["verdict"] = verdict(
             report.get("evidence"), rule=report["summary"]["rule_chosen_on_validation"], segment=ev.segments[-1])
-        report["summary_line"] = (_summary_line(ev, results[ev.segments[-1]], report, png)
-                                  + execution_line(report["execution"]))
+        report["summary_line"] = (_summary_line(ev, results[ev.segments[-1]], report, png and ev.out_dir / png.name)
+                                  + (execution_line(report["execution"]) if "execution" in report else ""))
         if ev.out_line:
             report["output_line"] = ev.out_line
         with steps.step("write metrics.json"):
             _write_report(report, tmp)
     return report
+
+
+def _files_and_walks(ev: "_Evaluation", results: dict, report: dict, tmp: Path, steps,
+                     lean: str | None) -> tuple[dict, dict, Any]:
+    """The per-bar files, the portfolios' metrics, the training-data walk with its overlap check, the
+    execution report; ``lean`` (a reason): the portfolios' metrics and the overlap check only, the
+    reason in ``report["lean"]``. Returns (outputs, segment -> portfolio table, training result)."""
+    from rl_zerosync.evaluation.backtest import portfolio_table
+    from rl_zerosync.evaluation.sensitivity import execution_report
+
+    train, train_market, outputs = None, None, {}
+    if lean is None:
+        with steps.step("write the per-bar files"):
+            outputs, portfolios = write_series(results, tmp)
+    else:
+        report["lean"] = lean
+        portfolios = {segment: portfolio_table(res) for segment, res in results.items()}
+    _score_portfolios(results, portfolios, report["segments"])
+    if ev.data_file is None and lean is None:
+        with steps.step("walk the training data"):
+            train, train_market = _walk_training_data(ev)
+            report["segments"]["train"] = train.summary()
+    report["overlap"], report["warnings"] = _check_overlap(ev, results, train_market)
+    if lean is None:
+        with steps.step(f"cost sensitivity on {ev.segments[-1]}"):
+            report["execution"] = execution_report(ev, results)  # settings, spreads, cost sensitivity
+    return outputs, portfolios, train
+
+
+def _plot(results: dict, portfolios: dict, report: dict, tmp: Path, steps, lean: str | None) -> Path | None:
+    """``report.png`` (not in a ``lean`` evaluation: None)."""
+    from rl_zerosync.evaluation.report_plot import plot_report
+
+    if lean is not None:
+        return None
+    with steps.step("draw report.png"):
+        plot_report(results, portfolios, tmp / "report.png", execution=report["execution"])
+    report["outputs"]["report_png"] = str(tmp / "report.png")
+    return tmp / "report.png"
 
 
 def evaluation_steps(segments: Sequence[str]) -> list[str]:
@@ -394,7 +452,7 @@ def _load(checkpoint: str | Path, data: str | None, out_dir: str | Path | None, 
         params=EnvParams.from_dict(with_recorded_lag(settings.get("env"))),
         routing=routing_thresholds(settings.get("runner")),
         policy=ensemble_policy([module, *others]) if others else greedy_policy(module), out_dir=out,
-        out_line=out_line)
+        out_line=out_line, modules=[module, *others])
 
 
 def _report_head(ev: _Evaluation) -> dict[str, Any]:
@@ -427,11 +485,19 @@ def _walk_segments(ev: _Evaluation, reports: dict, steps) -> dict:
                                          variant=oracle)
         oracle = res.oracle.get("variant")  # likewise (absent on file data, with the reason)
         results[segment] = res
-        reports[segment] = res.summary()
-        reports[segment]["periods_per_year"] = float(market.periods_per_year)
-        if getattr(market, "source_info", None):
-            reports[segment]["data_info"] = dict(market.source_info)
+        reports[segment] = segment_report(res, market)
     return results
+
+
+def segment_report(res, market) -> dict[str, Any]:
+    """A segment's entry of ``metrics.json``'s ``segments``: the result's summary, the bars per year and
+    how the files were read (``market``: the segment's data)."""
+    out = res.summary()
+    out["periods_per_year"] = float(market.periods_per_year)
+    info = getattr(market, "source_info", None)
+    if info:
+        out["data_info"] = dict(info)
+    return out
 
 
 def _score_portfolios(results: dict, portfolios: dict, reports: dict) -> None:
@@ -561,7 +627,7 @@ def _summary(ev: _Evaluation, results: dict, report: dict, train) -> dict[str, A
     return summary
 
 
-def _summary_line(ev: _Evaluation, last, report: dict, png: Path) -> str:
+def _summary_line(ev: _Evaluation, last, report: dict, png: Path | None) -> str:
     """The one printed line (module doc), from the report's ``summary`` of segment ``last``: with
     several assets the means over the assets first, then the equal-weight portfolio, each labelled;
     the rule is the one chosen on validation (``--data``: on the file itself), its Sharpe on the
@@ -589,7 +655,7 @@ def _summary_line(ev: _Evaluation, last, report: dict, png: Path) -> str:
                 f"max drawdown {100 * s['max_drawdown']:.2f}%")
     warnings = report["warnings"]
     return (
-        f"{head} | {oracle_text(s)} | {which_txt} | report {png}"
+        f"{head} | {oracle_text(s)} | {which_txt}" + (f" | report {png}" if png is not None else "")
         + (f" | {report['evidence']['short']}" if "short" in report.get("evidence", {}) else "")
         + (f" | {len(warnings)} warning(s): see stderr / metrics.json" if warnings else "")
     )

@@ -10,7 +10,7 @@ from rl_zerosync.config.settings import Settings
 from rl_zerosync.population.leaderboard_plot import POPULATION_PNG, plot_population
 from rl_zerosync.population.lockstep import Population
 from rl_zerosync.population.members import all_member_settings, member_dir
-from rl_zerosync.population.report import leaderboard_lines, population_report, write_report
+from rl_zerosync.population.report import leaderboard_lines, population_report, select, write_report
 from rl_zerosync.population.space import PopulationSettings, describe, parse_population
 from rl_zerosync.rundir.lock import RunExistsError
 from rl_zerosync.rundir.progress import Steps, say
@@ -87,7 +87,8 @@ def _run(population) -> dict:
         return report
     ensemble = None
     if settings.run.evaluate:
-        for line in population.evaluate_members():
+        selected = select(rows, metric)  # on validation: its evaluation whole, the others' lean (one pass)
+        for line in population.evaluate_members(frozenset() if selected is None else frozenset({selected})):
             say(line)
         rows = population.rows(population.lineage)
         if pop.ensemble_top_k:

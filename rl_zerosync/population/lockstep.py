@@ -154,21 +154,30 @@ class Population:
         for loop in self.loops:
             loop.save()
 
-    def evaluate_members(self) -> list[str]:
-        """Every member's end-of-run evaluation (the test segment, read once); their summary lines. With
-        ``population.eval_processes`` above 1 the evaluations run in that many spawned processes at once
-        (each member's ``evaluate_checkpoint`` of its own run directory: the same files)."""
+    def evaluate_members(self, full: frozenset[int] = frozenset()) -> list[str]:
+        """Every member's end-of-run evaluation (the test segment, read once); their summary lines. By
+        default one pass over all members (:mod:`rl_zerosync.evaluation.population_pass`: each segment
+        walked once for every member, the rules and the oracle once), whole for the members in ``full``
+        (e.g. the one selected on validation), lean for the others. With ``population.eval_processes``
+        above 1 every member's whole evaluation instead, in that many spawned processes at once (each
+        member's ``evaluate_checkpoint`` of its own run directory)."""
+        from rl_zerosync.evaluation.population_pass import evaluate_members
         from rl_zerosync.population.space import eval_processes
+        from rl_zerosync.rundir.checkpoints import best_or_last
+        from rl_zerosync.rundir.run_dir import EVALUATION_NAMES
 
         procs = eval_processes(self.pop.eval_processes, len(self.loops))
-        steps = Steps("evaluate member", total=len(self.loops), eta=True)
-        if procs <= 1:
-            reports = []
-            for k, loop in zip(self.indices, self.loops):
-                with steps.step(f"member{k}"):
-                    reports.append(loop.evaluate(quiet=True))
+        if procs > 1:
+            reports = _evaluate_apart(self.loops, procs, Steps("evaluate member", total=len(self.loops), eta=True),
+                                      self.indices)
         else:
-            reports = _evaluate_apart(self.loops, procs, steps, self.indices)
+            for loop in self.loops:
+                loop.run_dir.record(*EVALUATION_NAMES)
+            which = [best_or_last(loop.run_dir.path, loop.settings.run.eval_checkpoint) for loop in self.loops]
+            whole = [k for k in self.indices if k in full]
+            with Steps("evaluate members", total=1).step(f"{len(self.loops)} in one pass (whole: {whole or 'none'})"):
+                reports = evaluate_members([loop.run_dir.path for loop in self.loops], which,
+                                           full=[k in full for k in self.indices])
         return [f"member{k}: {r['summary_line']}" for k, r in zip(self.indices, reports)]
 
     def rows(self, lineage: dict[int, list]) -> list[dict]:

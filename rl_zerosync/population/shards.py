@@ -87,15 +87,10 @@ class _Shard:
     def save(self) -> None:
         self.population.save()
 
-    def evaluate(self) -> list[str]:
-        """This shard's members' evaluations, one progress line each (through Ray's log to the driver)."""
-        from rl_zerosync.rundir.progress import Steps
-
-        steps, lines = Steps("evaluate member", total=len(self.population.loops), eta=True), []
-        for k, loop in zip(self.population.indices, self.population.loops):
-            with steps.step(f"member{k}"):
-                lines.append(f"member{k}: {loop.evaluate(quiet=True)['summary_line']}")
-        return lines
+    def evaluate(self, full: frozenset[int] = frozenset()) -> list[str]:
+        """This shard's members' evaluations (:meth:`~rl_zerosync.population.lockstep.Population.evaluate_members`:
+        whole for the members in ``full``); their summary lines."""
+        return self.population.evaluate_members(full)
 
     def rows(self, lineage: dict[int, list]) -> list[dict]:
         return self.population.rows(lineage)
@@ -199,8 +194,8 @@ class ShardedPopulation:
     def save(self) -> None:
         ray.get([s.save.remote() for s in self.shards])
 
-    def evaluate_members(self) -> list[str]:
-        return [line for lines in ray.get([s.evaluate.remote() for s in self.shards]) for line in lines]
+    def evaluate_members(self, full: frozenset[int] = frozenset()) -> list[str]:
+        return [line for lines in ray.get([s.evaluate.remote(full) for s in self.shards]) for line in lines]
 
     def rows(self, lineage: dict[int, list]) -> list[dict]:
         rows = [r for part in ray.get([s.rows.remote(lineage) for s in self.shards]) for r in part]
