@@ -403,7 +403,7 @@ def test_positive_number_rule_is_the_same_in_a_file_and_in_the_config(key):
     from rl_zerosync.algorithm import ZeroSyncDQNConfig
     from rl_zerosync.config.settings import SettingsError, load
 
-    with pytest.raises(SettingsError, match=rf"smoke\.yaml: algo\.{key} must be a number > 0, got 0\.0"):
+    with pytest.raises(SettingsError, match=rf"smoke\.yaml: algo\.{key}: must be a number > 0, got 0\.0"):
         load(ROOT / "configs" / "smoke.yaml", [f"algo.{key}=0"])
     config = ZeroSyncDQNConfig()
     setattr(config, key, 0.0)

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 __all__ = ["Section", "build_components", "learner_config", "runner_config"]
 
 T = TypeVar("T")
+DICT_KEYS = tuple(key for key, k in ALGO_KEYS.items() if k.learner and k.rllib is None)
+"""The learner's ``algo`` keys that DQNConfig has no field for: they travel in ``learner_config_dict``,
+and the learner section may set them instead of ``algo`` (not both, differently)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -60,11 +63,13 @@ def runner_config(given: Mapping, run: RunSettings) -> dict:
 
 def learner_config(given: Mapping, run: RunSettings, algo: AlgoSettings) -> dict:
     """``learner_config_dict["zerosync"]``: the learner section, its seed defaulting to ``run.seed`` and
-    ``weight_decay`` from ``algo`` (DQNConfig has no such field) unless only the learner section sets it."""
+    the learner's ``algo`` keys that DQNConfig lacks (:data:`DICT_KEYS`, e.g. ``weight_decay``) from
+    ``algo`` unless only the learner section sets one (``algo`` left at its default)."""
     out = dict(given)
     out.setdefault("seed", run.seed)
-    if algo.weight_decay or "weight_decay" not in out:
-        out["weight_decay"] = algo.weight_decay
+    for key in DICT_KEYS:
+        if getattr(algo, key) != ALGO_KEYS[key].default or key not in out:
+            out[key] = getattr(algo, key)
     return out
 
 
@@ -114,13 +119,13 @@ def _dqn_fields(algo: AlgoSettings) -> dict:
 
 def _algo_error(err: Exception, given: Mapping, algo: AlgoSettings, src: str) -> SettingsError | None:
     """A ``LearnerSettings`` error in a field the learner reads from ``algo`` (its DQN fields, and
-    ``weight_decay`` unless only the learner section set it), as ``algo.<key>``; None for another."""
+    :data:`DICT_KEYS` unless only the learner section set one), as ``algo.<key>``; None for another."""
     from rl_zerosync.learner.learner_settings import LearnerFieldError
 
     if not isinstance(err, LearnerFieldError):
         return None
     key = next((k for k, name in LEARNER_KEYS.items() if name == err.field), None)
-    only_learner_section = key == "weight_decay" and not algo.weight_decay and key in given  # learner_config
+    only_learner_section = key in DICT_KEYS and getattr(algo, key) == ALGO_KEYS[key].default and key in given
     if key is None or only_learner_section:
         return None
     return SettingsError(f"{src}: algo.{key}: {str(err).removeprefix(err.field + ' ')}")
@@ -160,11 +165,10 @@ def build_components(raw: dict, run: RunSettings, algo: AlgoSettings, src: str) 
             check(src, "data.source", "source" in given, "required (synthetic, csv or parquet)")
         else:
             _check_keys(section, given, cls, src)
-        if section == "learner":
-            wd = given.get("weight_decay", algo.weight_decay)
-            check(src, "learner.weight_decay", not algo.weight_decay or "weight_decay" not in given
-                  or wd == algo.weight_decay,
-                  f"conflicts with algo.weight_decay ({wd!r} vs {algo.weight_decay!r}); set only algo.weight_decay")
+        for key in DICT_KEYS if section == "learner" else ():
+            mine, theirs = given.get(key, getattr(algo, key)), getattr(algo, key)
+            check(src, f"learner.{key}", theirs == ALGO_KEYS[key].default or key not in given or mine == theirs,
+                  f"conflicts with algo.{key} ({mine!r} vs {theirs!r}); set only algo.{key}")
         try:
             typed = build(given)
         except (TypeError, ValueError) as err:  # data's messages name data.<key> already

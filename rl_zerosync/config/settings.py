@@ -36,12 +36,11 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from rl_zerosync.actions import ACTION_MODES, DEFAULT_ACTION_MODE
+from rl_zerosync.actions import ACTION_MODES  # noqa: F401 - the one tuple, re-exported (tests check it is)
 from rl_zerosync.rundir.checkpoints import KEEP_LAST
 from rl_zerosync.presets import (
-    ALGO_KEYS, MODEL_KEYS, REFUSED_RLLIB_NAMES, RLLIB_ALIASES, bounded_repr, check_positive_number,
+    ALGO_KEYS, MODEL_KEYS, REFUSED_RLLIB_NAMES, RLLIB_ALIASES, AlgoSettings, ModelSettings, bounded_repr,
 )
-from rl_zerosync.presets import FILE_DEFAULTS as PRESET
 from rl_zerosync.config.storage import job_run_dir
 from rl_zerosync.config.sections import Section, build_components, learner_config, runner_config
 from rl_zerosync.config.yaml_values import (
@@ -96,80 +95,6 @@ class RunSettings:
     """Last checkpoints kept (``checkpoint/``, ``checkpoint.1/``, ...), besides ``checkpoint_best/``."""
     eval_checkpoint: str = "best"
     """Checkpoint the end-of-run test evaluates: "best" (by validation) or "last"."""
-
-
-@dataclass
-class AlgoSettings:
-    """DQN hyper-parameters and scale-out; defaults: :data:`rl_zerosync.presets.FILE_DEFAULTS`, RLlib
-    names: :data:`rl_zerosync.presets.ALGO_KEYS`."""
-
-    lr: float = PRESET.lr
-    """Adam learning rate (a float; schedules are not supported by the zero-sync learner)."""
-    gamma: float = PRESET.gamma
-    """Discount factor."""
-    n_step: int = PRESET.n_step
-    """n-step return horizon."""
-    batch_size: int = PRESET.batch_size
-    """Transitions per update per learner (RLlib: ``train_batch_size_per_learner``, accepted too)."""
-    replay_ratio: float = PRESET.replay_ratio
-    """Trained transitions (all learners together) per sampled env step:
-    K = ratio * env steps / (batch_size * max(num_learners, 1)) updates per iteration, >= 1."""
-    learning_starts: int = PRESET.learning_starts
-    """Env steps sampled before the first update (RLlib: ``num_steps_sampled_before_learning_starts``)."""
-    target_update_freq: int = PRESET.target_update_freq
-    """Learner updates (not env steps) between target-network updates: a hard copy when tau == 1, a
-    Polyak step otherwise. RLlib's ``target_network_update_freq`` counts sampled env steps instead:
-    ``u`` updates are ``u * batch_size * max(num_learners, 1) / replay_ratio`` env steps."""
-    tau: float = PRESET.tau
-    """Target update weight: 1.0 = hard copy, < 1 = Polyak ``target += tau * (online - target)``."""
-    double_q: bool = PRESET.double_q
-    """Double DQN target."""
-    grad_clip: float = PRESET.grad_clip
-    """Global gradient-norm clip."""
-    epsilon: Any = field(default_factory=lambda: [list(p) for p in PRESET.epsilon])
-    """Epsilon over env steps: a float, or a piecewise-linear ``[[0, value], [step, value], ...]``
-    (rule: :func:`~rl_zerosync.env_runner.epsilon.normalize_epsilon_schedule`); kept as pairs."""
-    num_envs_per_runner: int = PRESET.num_envs_per_runner
-    """Batched envs per env runner (RLlib: ``num_envs_per_env_runner``)."""
-    rollout_length: int = PRESET.rollout_length
-    """Steps per env per rollout (T; RLlib: ``rollout_fragment_length``)."""
-    num_env_runners: int = 0
-    """Remote env runners (0 = sample in the driver process)."""
-    num_learners: int = 0
-    """Remote learners (0 = learn in the driver process)."""
-    num_gpus_per_learner: float = -1
-    """GPUs per learner; -1 = 1 if CUDA is available, else 0. Fractions let a runner share it."""
-    num_gpus_per_env_runner: float = -1
-    """GPUs per remote env runner; -1 = 1 if CUDA is available, else 0."""
-    custom_resources_per_env_runner: dict = field(default_factory=dict)
-    """Custom Ray resources every remote env runner asks for, e.g. ``{runner_node: 1}``: the runners
-    then start only on nodes that offer them (``ray start --resources='{"runner_node": 4}'`` holds
-    four runners). Names other than CPU and GPU (``num_gpus_per_env_runner`` asks for GPUs); amounts
-    >= 0. Ignored without remote env runners."""
-    env_runner_restart_timeout_s: float = PRESET.env_runner_restart_timeout_s
-    """Seconds an iteration waits for a remote env runner to come back when none is healthy (Ray
-    restarts a runner whose process died; a runner whose node is gone needs a node with its
-    resources). Past it the run fails with an error naming the resources no alive node offers."""
-    weight_decay: float = PRESET.weight_decay
-    """Decoupled weight decay (AdamW in the adam_step kernel); 0 = plain Adam behaviour."""
-
-
-@dataclass
-class ModelSettings:
-    """The Q network; defaults: :data:`rl_zerosync.presets.FILE_DEFAULTS`, rules:
-    :data:`rl_zerosync.presets.MODEL_KEYS` (the Q module's)."""
-
-    action_mode: str = DEFAULT_ACTION_MODE
-    """One of ACTION_MODES: routed (Q over 5 exposures + routing kernel), flat (Q over 45) or
-    branching (BDQ 5x3x3)."""
-    hidden: list = field(default_factory=lambda: list(PRESET.hidden))
-    """Hidden layer sizes of the Q network."""
-    dueling: bool = PRESET.dueling
-    """Dueling head (routed/flat)."""
-    layernorm: bool = PRESET.layernorm
-    """LayerNorm after every hidden Linear (before the ReLU)."""
-    dropout: float = PRESET.dropout
-    """Dropout probability after every hidden ReLU (training forward only; 0 = off)."""
 
 
 @dataclass(kw_only=True)
@@ -289,7 +214,8 @@ def _validate_run_and_model(run: RunSettings, model: ModelSettings, src: str) ->
 
 
 def _validate_algo(a: AlgoSettings, src: str) -> None:
-    """The ``algo`` keys: epsilon by the epsilon rule, the rest here but those the learner reads, which
+    """The ``algo`` keys: epsilon by the epsilon rule, the custom resources here, the others by their
+    declared rules (:data:`rl_zerosync.presets.ALGO_KEYS`): here, but those the learner reads, which
     ``LearnerSettings`` checks when the learner section is built (:func:`build_components`)."""
     from rl_zerosync.env_runner.epsilon import normalize_epsilon_schedule
 
@@ -298,19 +224,9 @@ def _validate_algo(a: AlgoSettings, src: str) -> None:
     except ValueError as err:
         raise SettingsError(f"{src}: {err}") from None
     a.epsilon = [list(p) for p in eps]
-    for key in ("num_envs_per_runner", "rollout_length"):
-        check(src, f"algo.{key}", getattr(a, key) > 0, f"must be > 0, got {getattr(a, key)}")
-    for key in ("replay_ratio", "env_runner_restart_timeout_s"):
-        try:
-            check_positive_number(key, getattr(a, key))  # the same rule as ZeroSyncDQNConfig.validate
-        except ValueError as err:
-            raise SettingsError(f"{src}: algo.{err}") from None
-    for key in ("learning_starts", "num_env_runners", "num_learners"):
-        check(src, f"algo.{key}", getattr(a, key) >= 0, f"must be >= 0, got {getattr(a, key)}")
-    for key in ("num_gpus_per_learner", "num_gpus_per_env_runner"):
-        value = getattr(a, key)
-        check(src, f"algo.{key}", value == -1 or 0 <= value < math.inf, f"must be -1 (auto) or a finite number >= 0, "
-                                                                          f"got {value}")
+    for key, k in ALGO_KEYS.items():  # the declared rules of the keys the learner does not read
+        problem = None if k.learner or k.rule is None else k.rule.problem(key, getattr(a, key))
+        check(src, f"algo.{key}", problem is None, (problem or "").removeprefix(f"{key} "))
     where = "algo.custom_resources_per_env_runner"
     for name, amount in a.custom_resources_per_env_runner.items():
         check(src, where, isinstance(name, str) and bool(name),

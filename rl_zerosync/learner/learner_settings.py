@@ -3,15 +3,17 @@
 Two sources, one object (:meth:`LearnerSettings.from_config`):
 
 * ``config.learner_config_dict["zerosync"]`` (a dict): replay, guard, graph and policy fields, and
-  ``weight_decay`` (DQNConfig has no weight-decay field; ``algo.weight_decay`` of a settings file
-  lands here).
+  the learner's ``algo`` keys DQNConfig has no field for (``weight_decay``: a settings file's
+  ``algo.weight_decay`` lands here).
 * The DQNConfig itself: :data:`DQN_FIELDS` (the learner's ``algo`` keys under their RLlib names,
   :data:`rl_zerosync.presets.ALGO_KEYS`), ``grad_clip_by`` and ``td_error_loss_fn`` (the default of
   ``loss``). These may not be repeated in the zerosync dict.
 
-The DQN fields default to :data:`rl_zerosync.presets.API` (what ``ZeroSyncDQNConfig()`` sets), so a
-``LearnerSettings()`` built without a config matches a fresh config. Every bad value raises
-:class:`LearnerFieldError` (a ValueError) naming the field and the allowed values.
+The fields of the learner's ``algo`` keys are not written here: :func:`_with_algo_keys` adds them from
+their declarations in :class:`rl_zerosync.presets.AlgoSettings` (type, rule, and the
+``ZeroSyncDQNConfig()`` default, so a ``LearnerSettings()`` built without a config matches a fresh
+config). Every field is checked by its rule helper (``metadata["rule"]``, :mod:`rl_zerosync.presets`);
+a bad value raises :class:`LearnerFieldError` (a ValueError) naming the field and the allowed values.
 
 Built once per process for the same values (:meth:`LearnerSettings.validated`): a settings file's
 are built and checked at load, and the learner of the same process, building its own from the RLlib
@@ -23,10 +25,10 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from rl_zerosync.presets import ALGO_KEYS, API
+from rl_zerosync.presets import ALGO_KEYS, BOOL, MAX_CAPACITY, LEARNER_KEYS, AlgoSettings, Choice, Range, ruled
 
 __all__ = ["LearnerFieldError", "LearnerSettings", "LOSSES", "NONFINITE_POLICIES", "COLLAPSE_POLICIES",
            "DIVERGENCE_POLICIES"]
@@ -35,7 +37,6 @@ LOSSES = ("huber", "mse")
 NONFINITE_POLICIES = ("skip", "halt")
 COLLAPSE_POLICIES = ("warn", "halt")
 DIVERGENCE_POLICIES = ("halt", "warn")
-MAX_CAPACITY = 2**31 - 1
 DQN_FIELDS = tuple(k.rllib for k in ALGO_KEYS.values() if k.learner and k.rllib is not None)
 """Fields read from the DQNConfig, not from ``learner_config_dict["zerosync"]``: the learner's ``algo``
 keys that RLlib has (their RLlib names)."""
@@ -54,116 +55,87 @@ class LearnerFieldError(ValueError):
         return type(self), (self.field, str(self))
 
 
+def _with_algo_keys(cls: type) -> type:
+    """Adds the learner's ``algo`` keys (:data:`~rl_zerosync.presets.LEARNER_KEYS`) to ``cls`` as fields,
+    under their RLlib names, as declared in :class:`~rl_zerosync.presets.AlgoSettings`: the type, the
+    ``ZeroSyncDQNConfig()`` default and the rule."""
+    for key, name in LEARNER_KEYS.items():
+        k = ALGO_KEYS[key]
+        typ = AlgoSettings.__annotations__[key]
+        cls.__annotations__[name] = f"Optional[{typ}]" if k.optional else typ
+        setattr(cls, name, field(default=k.api_default, metadata={"rule": k.rule, "optional": k.optional,
+                                                                   "algo": key}))
+    return cls
+
+
 @dataclass(frozen=True)
+@_with_algo_keys
 class LearnerSettings:
     """Settings of the zero-sync learner (see the module docstring for where each comes from)."""
 
-    replay_capacity: int = 100_000
+    replay_capacity: int = ruled(100_000, Range(1, MAX_CAPACITY, integer=True))
     """Transitions the device replay buffer holds (preallocated on the learner's device)."""
-    prioritized: bool = False
+    prioritized: bool = ruled(False, BOOL)
     """Proportional prioritized replay (priority ``(|TD| + priority_eps) ** alpha``) instead of uniform."""
-    alpha: float = 0.6
+    alpha: float = ruled(0.6, Range(0.0, 1.0))
     """Priority exponent of prioritized replay (0 = uniform)."""
-    beta: float = 0.4
+    beta: float = ruled(0.4, Range(0.0, 1.0))
     """Importance-weight exponent of prioritized replay: ``w = (N * P) ** -beta / max(w in batch)``."""
-    priority_eps: float = 1e-6
+    priority_eps: float = ruled(1e-6, Range(0.0, lo_open=True))
     """Added to ``|TD|`` before the priority exponent so no transition gets probability 0."""
-    graph: bool = True
+    graph: bool = ruled(True, BOOL)
     """Capture the whole update in a CUDA graph on CUDA devices (ignored on CPU; eager gives the same numbers)."""
-    compile: bool = False
+    compile: bool = ruled(False, BOOL)
     """Fuse the update's torch ops with ``torch.compile`` on CUDA devices (ignored on CPU; not
     bit-identical to eager, see :mod:`rl_zerosync.learner.update_parts`; single learner only). On, the
     Q network's forward and backward are torch's ops rather than the linear kernels
     (:mod:`rl_zerosync.learner.mlp`), on every device."""
-    tf32: bool = False
+    tf32: bool = ruled(False, BOOL)
     """Let the update's float32 matmuls use TF32 tensor cores on CUDA (10-bit mantissa inputs, float32
     accumulation; ignored on CPU). Scoped to the update: the process's setting is left as it is. On,
     the Q network's forward and backward are torch's ops rather than the float32 linear kernels
     (:mod:`rl_zerosync.learner.mlp`), on every device."""
-    graph_warmup: int = 3
+    graph_warmup: int = ruled(3, Range(1, 1000, integer=True))
     """Eager updates run on a side stream before the CUDA graph is captured (they count as updates)."""
-    updates_per_graph: int = 1
+    updates_per_graph: int = ruled(1, Range(1, 1024, integer=True))
     """Updates captured in one CUDA graph launch (> 1: a second graph of that many updates is captured
     and ``train(K)`` replays it wherever no target-network update or collapse-warmup switch falls
     inside the block, the one-update graph elsewhere, so the updates are the same bit for bit;
     single learner only; ignored on CPU and with ``graph: false``)."""
-    loss: str = "huber"
+    loss: str = ruled("huber", Choice(LOSSES))
     """TD loss: "huber" (delta 1) or "mse"; defaults to the DQNConfig's ``td_error_loss_fn``."""
-    loss_clip: float = 1e6
+    loss_clip: float = ruled(1e6, Range(0.0, lo_open=True))
     """A loss above this is clipped: the clipped loss drives the gradient and a clip event is counted."""
-    divergence_threshold: float = 1e4
+    divergence_threshold: float = ruled(1e4, Range(0.0, lo_open=True))
     """|min| or |max| of the batch's per-row max-Q above this (or any non-finite Q) counts as diverged."""
-    divergence_patience: int = 3
+    divergence_patience: int = ruled(3, Range(1, 2**31 - 1, integer=True))
     """Consecutive diverged updates that raise the divergence flag."""
-    collapse_multiplier: float = 1.0
+    collapse_multiplier: float = ruled(1.0, Range(0.0))
     """Gradient collapse: global grad norm below ``lr * collapse_multiplier`` (after the warmup)."""
-    collapse_warmup_fraction: float = 0.2
+    collapse_warmup_fraction: float = ruled(0.2, Range(0.0))
     """Collapse is checked only after ``fraction * replay_capacity`` sampled transitions (updates x batch)."""
-    nonfinite_policy: str = "skip"
+    nonfinite_policy: str = ruled("skip", Choice(NONFINITE_POLICIES))
     """Non-finite loss or gradient: "skip" the step (counted) or "halt" at the next boundary."""
-    collapse_policy: str = "warn"
+    collapse_policy: str = ruled("warn", Choice(COLLAPSE_POLICIES))
     """Gradient collapse past the warmup: "warn" (log) or "halt" at the next boundary."""
-    divergence_policy: str = "halt"
+    divergence_policy: str = ruled("halt", Choice(DIVERGENCE_POLICIES))
     """Q divergence past the patience: "halt" at the next boundary or "warn"."""
-    weight_decay: float = API.weight_decay
-    """Decoupled weight decay of the optimizer: > 0 = AdamW (``p *= 1 - lr * weight_decay`` on every
-    parameter inside ``adam_step``, skipped with the rest of a guarded step); 0 = Adam (the default)."""
-    seed: int = 0
+    seed: int = ruled(0, Range(0, 2**64 - 1, integer=True))
     """Seed of the counter-based replay sampling (defaults to the AlgorithmConfig's seed when set)."""
-    gamma: float = API.gamma
-    """Discount (from DQNConfig.gamma)."""
-    n_step: int = API.n_step
-    """n-step return length of the device replay (from DQNConfig.n_step; an int)."""
-    lr: float = API.lr
-    """Adam learning rate (from DQNConfig.lr; a float, schedules are not supported)."""
-    grad_clip: Optional[float] = API.grad_clip
-    """Global-norm gradient clip (from DQNConfig.grad_clip; None = no clip)."""
-    target_network_update_freq: int = API.target_update_freq
-    """Target update (hard copy, or a Polyak step when ``tau < 1``) every this many ``train()`` updates
-    (from DQNConfig; drop-in ``update()`` keeps RLlib's env-step meaning)."""
-    tau: float = API.tau
-    """Target update weight: 1.0 = hard copy, < 1 = Polyak ``target += tau * (online - target)`` (from DQNConfig.tau)."""
-    double_q: bool = API.double_q
-    """Double DQN: the online net picks the next action, the target net values it (from DQNConfig.double_q)."""
-    train_batch_size_per_learner: int = API.batch_size
-    """Transitions per update sampled from the device replay (from DQNConfig.train_batch_size_per_learner)."""
 
     def __post_init__(self) -> None:
-        _int("replay_capacity", self.replay_capacity, 1, MAX_CAPACITY)
-        _bool("prioritized", self.prioritized)
-        _float("alpha", self.alpha, lo=0.0, hi=1.0)
-        _float("beta", self.beta, lo=0.0, hi=1.0)
-        _float("priority_eps", self.priority_eps, lo=0.0, strict=True)
-        _bool("graph", self.graph)
-        _bool("compile", self.compile)
-        _bool("tf32", self.tf32)
-        _int("graph_warmup", self.graph_warmup, 1, 1000)
-        _int("updates_per_graph", self.updates_per_graph, 1, 1024)
-        _choice("loss", self.loss, LOSSES)
-        _float("loss_clip", self.loss_clip, lo=0.0, strict=True)
-        _float("divergence_threshold", self.divergence_threshold, lo=0.0, strict=True)
-        _int("divergence_patience", self.divergence_patience, 1, 2**31 - 1)
-        _float("collapse_multiplier", self.collapse_multiplier, lo=0.0)
-        _float("collapse_warmup_fraction", self.collapse_warmup_fraction, lo=0.0)
-        _choice("nonfinite_policy", self.nonfinite_policy, NONFINITE_POLICIES)
-        _choice("collapse_policy", self.collapse_policy, COLLAPSE_POLICIES)
-        _choice("divergence_policy", self.divergence_policy, DIVERGENCE_POLICIES)
-        _float("weight_decay", self.weight_decay, lo=0.0)
-        _int("seed", self.seed, 0, 2**64 - 1)
-        _float("gamma", self.gamma, lo=0.0, hi=1.0)
-        _int("n_step", self.n_step, 1, 10_000)
-        if isinstance(self.lr, (list, tuple)) or not isinstance(self.lr, (int, float)) or isinstance(self.lr, bool):
-            raise LearnerFieldError(
-                "lr", f"lr must be a float (learning-rate schedules are not supported by the zero-sync "
-                      f"learner), got {self.lr!r}"
-            )
-        _float("lr", self.lr, lo=0.0, strict=True)
-        if self.grad_clip is not None:
-            _float("grad_clip", self.grad_clip, lo=0.0, strict=True)
-        _int("target_network_update_freq", self.target_network_update_freq, 1, 2**62)
-        _float("tau", self.tau, lo=0.0, hi=1.0, strict=True)
-        _bool("double_q", self.double_q)
-        _int("train_batch_size_per_learner", self.train_batch_size_per_learner, 1, MAX_CAPACITY)
+        for f in dataclasses.fields(self):
+            rule = f.metadata.get("rule")
+            value = getattr(self, f.name)
+            if f.name == "lr" and (isinstance(value, (list, tuple)) or not isinstance(value, (int, float))
+                                   or isinstance(value, bool)):
+                raise LearnerFieldError(
+                    "lr", f"lr must be a float (learning-rate schedules are not supported by the zero-sync "
+                          f"learner), got {value!r}")
+            problem = None if rule is None or (value is None and f.metadata.get("optional")) else \
+                rule.problem(f.name, value)
+            if problem:
+                raise LearnerFieldError(f.name, problem)
 
     @property
     def collapse_threshold(self) -> float:
@@ -252,26 +224,3 @@ class LearnerSettings:
 _VALIDATED: "OrderedDict[tuple, LearnerSettings]" = OrderedDict()
 """The settings :meth:`LearnerSettings.validated` built in this process, by their values."""
 
-
-def _bool(name: str, v: Any) -> None:
-    if not isinstance(v, bool):
-        raise LearnerFieldError(name, f"{name} must be a bool (true/false), got {v!r}")
-
-
-def _choice(name: str, v: Any, allowed: tuple) -> None:
-    if v not in allowed:
-        raise LearnerFieldError(name, f"{name} must be one of {allowed}, got {v!r}")
-
-
-def _int(name: str, v: Any, lo: int, hi: int) -> None:
-    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-        raise LearnerFieldError(name, f"{name} must be an int in [{lo}, {hi}], got {v!r}")
-
-
-def _float(name: str, v: Any, *, lo: Optional[float] = None, hi: Optional[float] = None, strict: bool = False) -> None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(float(v)):
-        raise LearnerFieldError(name, f"{name} must be a finite number, got {v!r}")
-    if lo is not None and (v <= lo if strict else v < lo):
-        raise LearnerFieldError(name, f"{name} must be {'>' if strict else '>='} {lo}, got {v!r}")
-    if hi is not None and v > hi:
-        raise LearnerFieldError(name, f"{name} must be <= {hi}, got {v!r}")

@@ -1,6 +1,6 @@
 """The members' hyperparameters as one typed ``[P]`` table: one column per searchable key.
 
-The columns are the keys ``population.search`` may vary (:data:`~rl_zerosync.population.space.SEARCH_KEYS`),
+The columns are the keys ``population.search`` may vary (:data:`~rl_zerosync.presets.SEARCH_KEYS`),
 each typed by its field of the settings (:class:`~rl_zerosync.config.settings.AlgoSettings`: ``float``
 columns are float64 arrays, ``int`` columns int64, the epsilon schedule an object column), filled
 from every member's own settings. PBT writes it (:meth:`HyperparameterTable.set`, through the member's
@@ -13,19 +13,19 @@ lineage of every change.
 """
 from __future__ import annotations
 
-import dataclasses
 import typing
 from typing import Any, Sequence
 
 import numpy as np
 
 from rl_zerosync.config.settings import AlgoSettings, Settings
-from rl_zerosync.population.space import SEARCH_KEYS
+from rl_zerosync.presets import ALGO_KEYS, LIVE_KEYS, SEARCH_KEYS
 
 __all__ = ["LIVE", "HyperparameterTable"]
 
-LIVE = ("algo.lr",)
-"""Keys a member may change while it trains (PBT's explore step perturbs the learning rate)."""
+LIVE = LIVE_KEYS
+"""Keys a member may change while it trains (declared ``search="live"``; PBT's explore step perturbs
+the learning rate)."""
 
 
 def _dtype(name: str) -> Any:
@@ -44,8 +44,7 @@ class HyperparameterTable:
     def __init__(self, members: Sequence[Settings]) -> None:
         if not members:
             raise ValueError("HyperparameterTable: no members")
-        fields = {f.name for f in dataclasses.fields(AlgoSettings)}
-        self.keys = tuple(k for k in SEARCH_KEYS if k.startswith("algo.") and k.split(".", 1)[1] in fields)
+        self.keys = tuple(SEARCH_KEYS)
         """The columns: the searchable keys, in :data:`SEARCH_KEYS` order."""
         self.columns: dict[str, np.ndarray] = {}
         for key in self.keys:
@@ -72,15 +71,16 @@ class HyperparameterTable:
         return {key: self.get(k, key) for key in self.keys}
 
     def set(self, k: int, key: str, value: Any, **why: Any) -> Any:
-        """Member ``k``'s ``key`` := ``value`` (a :data:`LIVE` key, a finite number > 0), recorded in
+        """Member ``k``'s ``key`` := ``value`` (a :data:`LIVE` key, by its declared rule), recorded in
         :attr:`history` with ``why``; returns the value before. The caller applies it to the member
         (:meth:`Member.set_hyperparameter <rl_zerosync.population.member.Member.set_hyperparameter>`)."""
         col, k = self._column(key), self._member(k)
         if key not in LIVE:
             raise ValueError(f"HyperparameterTable.set: {key} cannot change while a member trains; "
                              f"expected one of {list(LIVE)}")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0.0 < float(value) < float("inf")):
-            raise ValueError(f"HyperparameterTable.set: {key} of member {k} must be a finite number > 0, got {value!r}")
+        rule = ALGO_KEYS[key.split(".", 1)[1]].rule
+        if not rule.allows(value):
+            raise ValueError(f"HyperparameterTable.set: {key} of member {k} must be {rule.expected}, got {value!r}")
         before = self.get(k, key)
         col[k] = value
         self.history.append({"member": k, "key": key, "before": before, "after": self.get(k, key), **why})

@@ -27,7 +27,8 @@ the sampled keys drawn afresh for each; so ``grid combinations x num_samples`` p
 outermost. Member ``k = point * len(seeds) + seed position`` (the members of a point are consecutive).
 
 Only per-member hyperparameters that keep the shapes all members share may be searched
-(:data:`SEARCH_KEYS`); their values keep the key's type (an int key takes ints only). Values are read
+(:data:`SEARCH_KEYS`: the ``algo`` keys declared ``search`` in :class:`~rl_zerosync.presets.AlgoSettings`,
+typed by their field); their values keep the key's type (an int key takes ints only). Values are read
 here for their shape and type; their ranges are checked by the settings loader when a member's
 settings are built from :func:`member_overrides`. Errors are one-line :class:`SettingsError`
 ``"<file>: population.<key>: ..."``.
@@ -44,21 +45,18 @@ from ray.tune.search.variant_generator import generate_variants
 
 from rl_zerosync.config.yaml_values import SettingsError, epsilon_numbers, float_text
 from rl_zerosync.learner.population_update import UPDATE_MODES
+from rl_zerosync.presets import SEARCH_KEYS
+from rl_zerosync.presets import SHAPE_KEYS as ALGO_SHAPE_KEYS
 
 __all__ = ["DISTRIBUTIONS", "MAX_MEMBERS", "Member", "PopulationSettings", "SEARCH_KEYS", "SHAPE_KEYS", "describe",
            "member_overrides", "parse_population"]
 
 MAX_MEMBERS = 4096
 """Most members one population may hold (points x seeds)."""
-SEARCH_KEYS = {"algo.lr": "float", "algo.weight_decay": "float", "algo.gamma": "float", "algo.n_step": "int",
-               "algo.epsilon": "schedule", "algo.target_update_freq": "int", "algo.tau": "float",
-               "algo.grad_clip": "float"}
-"""The keys ``search`` may vary -> their type: ``float``, ``int`` or ``schedule`` (an epsilon: a float or
-a ``[[step, value], ...]`` list, searched as a whole)."""
-SHAPE_KEYS = ("env.window", "algo.batch_size", "algo.train_batch_size_per_learner", "algo.num_envs_per_runner",
-              "algo.num_envs_per_env_runner", "algo.rollout_length", "algo.rollout_fragment_length",
-              "learner.replay_capacity", "algo.num_env_runners", "algo.num_learners")
-"""Keys (besides every ``model.*``) that change the shapes the members share: refused in ``search``."""
+SHAPE_KEYS = ("env.window", *ALGO_SHAPE_KEYS, "learner.replay_capacity")
+"""Keys (besides every ``model.*``) that change the shapes the members share: refused in ``search``. The
+``algo`` ones are declared (``shape=True``) in :class:`~rl_zerosync.presets.AlgoSettings`; the
+component sections' are listed here."""
 DISTRIBUTIONS = {"grid_search": tune.grid_search, "choice": tune.choice, "uniform": tune.uniform,
                  "loguniform": tune.loguniform, "quniform": tune.quniform, "qloguniform": tune.qloguniform,
                  "randint": tune.randint}
