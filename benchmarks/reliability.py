@@ -102,6 +102,15 @@ Fourth round (one writer per evaluation, damaged metrics rows, stops, the sweep'
 * ``rllib-log-folder-inside-the-run``: a run with ``HOME`` pointed at an empty folder writes nothing
   under ``$HOME/ray_results`` (``files_changed_outside_run``) and has ``<run>/rllib/``.
 
+Fifth round (populations):
+
+* ``population-sigterm-then-resume``: a population of 2 members (``smoke.yaml`` with
+  ``population.seeds [0, 1]``) SIGTERMed mid-run: every member's checkpoint, exit 143,
+  ``population.json`` partial; ``--resume <population>`` completes with each member's rows 1..N once
+  in the one table; ``--resume`` again says there is nothing to resume (the table unchanged);
+  ``--resume`` with another ``model.hidden`` or ``population.seeds`` is refused before Ray naming the
+  key. Alone: ``python -m benchmarks.reliability --only population-sigterm-then-resume --out FILE``.
+
 ``COMMAND_CASES``: bad inputs of the commands after training (``export --out`` a directory or a
 ``.json``, ``evaluate --data ~/...``, ``--out`` a file, ``--set`` outside ``data``, a missing
 checkpoint, ``--resume`` with ``--overwrite``, a sweep's ``--resume`` of another directory), named as
@@ -406,8 +415,9 @@ def _train_args(run_root: Path, name: str, iterations: int, *sets: str) -> list[
 
 # ---- checks --------------------------------------------------------------------------------------
 
-def _rows(run_dir: Path) -> tuple[list[int], int]:
-    """Iterations of ``metrics.jsonl`` in file order, and the number of unreadable lines."""
+def _rows(run_dir: Path, member: Optional[int] = None) -> tuple[list[int], int]:
+    """Iterations of ``metrics.jsonl`` in file order, and the number of unreadable lines; ``member``: a
+    population's table, that member's rows only."""
     path = run_dir / "metrics.jsonl"
     if not path.exists():
         return [], 0
@@ -416,15 +426,18 @@ def _rows(run_dir: Path) -> tuple[list[int], int]:
         if not line.strip():
             continue
         try:
-            its.append(int(json.loads(line)["iteration"]))
+            row = json.loads(line)
+            if member is None or row["member"] == member:
+                its.append(int(row["iteration"]))
         except (ValueError, KeyError, TypeError):
             torn += 1
     return its, torn
 
 
-def _row_check(run_dir: Path, n: int) -> dict:
-    """Rows of 1..n lost and rows repeated (or outside 1..n, or unreadable)."""
-    its, torn = _rows(run_dir)
+def _row_check(run_dir: Path, n: int, member: Optional[int] = None) -> dict:
+    """Rows of 1..n lost and rows repeated (or outside 1..n, or unreadable); ``member``: of that member
+    of a population's table."""
+    its, torn = _rows(run_dir, member)
     want = set(range(1, n + 1))
     lost = len(want - set(its))
     duplicated = (len(its) - len(set(its) & want)) + torn
@@ -1349,6 +1362,74 @@ def fault_seeds_resume(work: Path, iterations: int) -> dict:
     return _fault("seeds-sweep-sigterm-then-resume", steps, rows)
 
 
+def _json_file(path: Path) -> dict:
+    """A JSON file's object, {} when it is missing or unreadable."""
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return report if isinstance(report, dict) else {}
+
+
+def fault_population_resume(work: Path, iterations: int) -> dict:
+    """A population of 2 members (``configs/smoke.yaml`` with ``population.seeds [0, 1]``) SIGTERMed
+    mid-run: every member's checkpoint, exit 143, ``population.json`` partial; ``--resume <population>``
+    completes with each member's rows 1..N once in the one table and ``population.json`` complete;
+    ``--resume`` again is a no-op saying so (the table unchanged); ``--resume`` with another
+    ``model.hidden`` or ``population.seeds`` is refused before Ray, naming the key."""
+    import yaml
+
+    root = work / "population_resume"
+    root.mkdir(parents=True, exist_ok=True)
+    parent = root / "p"
+    config = root / "pop.yaml"
+    config.write_text(yaml.safe_dump({**yaml.safe_load(SMOKE.read_text()), "population": {"seeds": [0, 1]}}))
+
+    def args(*sets: str) -> list[str]:
+        return ["train", "--config", str(config), *[x for s in (f"run.dir={root}", "run.name=p",
+                f"run.iterations={iterations}", "run.evaluate=false", "run.checkpoint_every=0", *sets)
+                for x in ("--set", s)]]
+
+    a = Proc(_cli(*args()), root, "first")
+    deadline = time.time() + 300
+    while time.time() < deadline and a.alive() and len(_rows(parent, 1)[0]) < 3:
+        time.sleep(0.1)
+    at = len(_rows(parent, 1)[0])
+    a.p.send_signal(signal.SIGTERM)
+    rc = a.wait(180)
+    r = {"rc": rc, "wall_s": round(a.wall, 2), "stdout": a.stdout, "stderr": a.stderr}
+    failed = [] if rc == 143 else [f"exit code {rc}, expected 143"]
+    failed += [f"member{k}: no checkpoint after SIGTERM" for k in range(2)
+               if not (parent / f"member{k}" / "checkpoint" / "rllib_checkpoint.json").is_file()]
+    if _json_file(parent / "population.json").get("partial") is not True:
+        failed.append("population.json not marked partial")
+    steps = [_step("SIGTERM", r, failed, rows_at_signal=at, expected_nonzero=True)]
+    res = _run(_cli(*args(), "--resume", str(parent)), root, "resume", timeout=600)
+    failed = [] if res["rc"] == 0 else [f"exit code {res['rc']}, expected 0"]
+    failed += [] if "resume: the population continues from iteration" in res["stdout"] else ["no resume line"]
+    checks = [_row_check(parent, iterations, member=k) for k in range(2)]
+    rows = {key: sum(c[key] for c in checks) for key in ("rows", "expected_rows", "rows_lost", "rows_duplicated")}
+    rows["in_order"] = all(c["in_order"] for c in checks)
+    if rows["rows_lost"] or rows["rows_duplicated"] or not rows["in_order"]:
+        failed.append(f"metrics rows by member {[_rows(parent, k)[0] for k in range(2)]}, expected 1..{iterations}")
+    if _json_file(parent / "population.json").get("partial") is not False:
+        failed.append("population.json not complete after the resume")
+    steps.append(_step("--resume", res, failed))
+    table = (parent / "metrics.jsonl").read_bytes()
+    again = _run(_cli(*args(), "--resume", str(parent)), root, "resume_again", timeout=120)
+    failed = [] if again["rc"] == 0 and "nothing to resume" in again["stdout"] else [
+        f"exit code {again['rc']}, or no 'nothing to resume' line"]
+    if (parent / "metrics.jsonl").read_bytes() != table:
+        failed.append("metrics.jsonl changed by the resume of a finished population")
+    steps.append(_step("--resume of the finished population", again, failed))
+    for name, change, needle in (("model.hidden", "model.hidden=[8]", "model.hidden: [32, 32] in the run, [8] now"),
+                                 ("population.seeds", "population.seeds=[0,2]", "population.seeds: [0, 1] in the run")):
+        changed = _run(_cli(*args(change), "--resume", str(parent)), root, f"resume_{name}", timeout=60)
+        steps.append(_step(f"--resume with another {name}", changed,
+                           _named_refusal(changed, ["--resume", needle], limit_s=LIMIT_S)))
+    return _fault("population-sigterm-then-resume", steps, rows)
+
+
 def fault_evaluate_full_disk(work: Path, base: Path) -> dict:
     """``evaluate`` under a 20 KB file size limit (a real failed write): exit 4, one line naming the
     evaluation's ``.tmp`` path; nothing left (no directory, ``.tmp`` or lock)."""
@@ -1482,7 +1563,12 @@ def main(argv: Optional[list[str]] = None) -> dict:
                quick="a few bad inputs and the concurrent-run fault (< 60 s)")
     p.add_argument("--work-dir", default=None, help="where the runs go (default: a temporary directory)")
     p.add_argument("--keep", action="store_true", help="keep the work directory (logs of every case)")
+    p.add_argument("--only", default=None, metavar="NAME[,NAME]",
+                   help=f"run only these faults ({', '.join(SELECTABLE)}), no bad inputs; the JSON is written "
+                        "only to an --out given (the full benchmark's file is left as it is)")
     args = p.parse_args(argv)
+    if args.only is not None:
+        return run_only(args)
     t_start = time.perf_counter()
 
     preflight = _import_test("test_preflight")
@@ -1561,6 +1647,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
         fault(fault_lock_deleted, work, FULL_ITERS // 2)
         fault(fault_seeds_resume, work, 4)
         fault(fault_rllib_logs, work)
+        fault(fault_population_resume, work, FULL_ITERS)
 
     _print_table(bad, faults)
     summary = {
@@ -1600,6 +1687,41 @@ def main(argv: Optional[list[str]] = None) -> dict:
         shutil.rmtree(work, ignore_errors=True)
     else:
         print(f"logs: {work}")
+    return result
+
+
+SELECTABLE: dict[str, Callable[[Path], dict]] = {
+    "population-sigterm-then-resume": lambda work: fault_population_resume(work, FULL_ITERS),
+}
+"""The faults ``--only`` runs by name (each needs nothing but its work directory)."""
+
+
+def run_only(args) -> dict:
+    """``--only``: the named faults of :data:`SELECTABLE` alone, their table printed; the JSON (faults and
+    their counts, no bad inputs) written only to an ``--out`` other than the full benchmark's file."""
+    names = [n.strip() for n in args.only.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SELECTABLE]
+    if unknown or not names:
+        raise SystemExit(f"--only: unknown fault(s) {unknown or names}; expected some of {', '.join(SELECTABLE)}")
+    work = Path(args.work_dir or tempfile.mkdtemp(prefix="reliability_")).resolve()
+    faults = []
+    for name in names:
+        t0 = time.perf_counter()
+        faults.append(SELECTABLE[name](work))
+        faults[-1]["wall_s"] = round(time.perf_counter() - t0, 2)
+        print(f"fault {name:<40} {'ok' if faults[-1]['ok'] else 'FAIL':<6} {faults[-1]['wall_s']:5.1f} s", flush=True)
+    _print_table([], faults)
+    result = {"only": names, "faults": faults, "git": _git(),
+              "summary": {"faults_tried": len(faults), "faults_survived_or_named": sum(f["ok"] for f in faults),
+                          "rows_lost_or_duplicated": sum(f.get("rows_lost_or_duplicated", 0) for f in faults)}}
+    print(f"\nsummary: {json.dumps(result['summary'])}")
+    result = json.loads(json.dumps(result).replace(str(work), "<tmp>").replace(str(ROOT) + "/", ""))
+    if Path(args.out).resolve() != Path(results_path("reliability")).resolve():
+        write_json(result, args.out)
+    else:
+        print(f"--only: {args.out} not written (it holds the full benchmark); pass --out FILE to keep this run")
+    if not args.keep and args.work_dir is None:
+        shutil.rmtree(work, ignore_errors=True)
     return result
 
 

@@ -59,7 +59,9 @@ def _train_parser(sub) -> None:
                    help="override a setting, e.g. --set run.iterations=5 (repeatable)")
     t.add_argument("--resume", default=None, metavar="DIR",
                    help="run or checkpoint directory to continue from (its newest undamaged checkpoint); with "
-                        "--seeds the sweep's directory: finished seeds are read back, the others continue")
+                        "--seeds the sweep's directory: finished seeds are read back, the others continue; with "
+                        "a population config the population's directory: it continues from its members' last "
+                        "common checkpoint, finished members read back")
     t.add_argument("--overwrite", action="store_true",
                    help="clear the run directory's outputs (metrics, TensorBoard, checkpoints, evaluation) "
                         "first; without it or --resume a directory that holds a run is refused")
@@ -387,17 +389,22 @@ def _train_population(settings, args) -> int:
     """``train`` of a config with a ``population:`` section (:mod:`rl_zerosync.population.lockstep`)."""
     from rl_zerosync.learner.training_guard import TrainingHalted
     from rl_zerosync.population.drive import train_population
+    from rl_zerosync.rundir.checkpoints import CheckpointError
     from rl_zerosync.rundir.lock import RunDirError
 
-    for flag, given in (("--resume", args.resume), ("--seeds", args.seeds)):
-        if given is not None:
-            print(f"error: {flag} cannot be combined with a population config (population.seeds lists the "
-                  f"seeds; a population is not resumed yet)", file=sys.stderr)
-            return 2
+    if args.seeds is not None:
+        print("error: --seeds cannot be combined with a population config (population.seeds lists the seeds)",
+              file=sys.stderr)
+        return 2
+    if args.resume is not None and Path(args.resume).resolve() != settings.run_dir.resolve():
+        print(f"error: --resume {args.resume} with a population config: expected the population's directory "
+              f"{settings.run_dir} (run.dir / run.name of the config; a member is resumed with its population)",
+              file=sys.stderr)
+        return 2
     try:
-        report = train_population(settings, overwrite=args.overwrite)
-    except RunDirError as err:
-        _run_dir_error(err, args, resume=False)
+        report = train_population(settings, overwrite=args.overwrite, resume=args.resume is not None)
+    except (RunDirError, CheckpointError) as err:
+        _run_dir_error(err, args, resume=True)
         return 2
     except TrainingHalted as err:
         print(f"error: {err}", file=sys.stderr)

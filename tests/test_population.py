@@ -405,5 +405,8 @@ def test_a_trained_population_is_refused_without_overwrite(evaluated, capsys):
     assert main(["train", "--config", str(config)]) == 2
     err = capsys.readouterr().err
     assert "already holds a population" in err and "--overwrite" in err
-    assert main(["train", "--config", str(config), "--resume", str(parent)]) == 2
-    assert "cannot be combined with a population config" in capsys.readouterr().err
+    assert f"  continue it:                        rl-zerosync train --config {config} --resume {parent}\n" in err
+    report = (parent / "population.json").read_text()
+    assert main(["train", "--config", str(config), "--resume", str(parent)]) == 0  # finished: left as it is
+    assert "nothing to resume" in capsys.readouterr().out
+    assert (parent / "population.json").read_text() == report

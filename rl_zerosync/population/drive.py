@@ -1,7 +1,8 @@
 """``rl-zerosync train`` of a population config to the end: one process
 (:class:`~rl_zerosync.population.lockstep.Population`) or G shards
 (:class:`~rl_zerosync.population.shards.ShardedPopulation`), then the evaluations, the ensemble
-and ``population.json``."""
+and ``population.json``; with ``--resume``, from the members' last common checkpoint
+(:mod:`rl_zerosync.population.resume`)."""
 from __future__ import annotations
 
 import contextlib
@@ -18,22 +19,33 @@ from rl_zerosync.rundir.run_dir import RunDir
 from rl_zerosync.run.train import _Interrupt, init_ray
 
 
-def train_population(settings: Settings, overwrite: bool = False) -> dict:
+def train_population(settings: Settings, overwrite: bool = False, resume: bool = False) -> dict:
     """Train the population of ``settings`` (see the module docstring); returns ``population.json``'s
-    content (plus ``interrupted_by`` when a signal stopped it after the checkpoints were written)."""
+    content (plus ``interrupted_by`` when a signal stopped it after the checkpoints were written).
+    ``resume``: continue the population in ``settings.run_dir`` (:mod:`rl_zerosync.population.resume`)."""
     pop = parse_population(settings.population, settings.source)
     members = all_member_settings(settings, pop)
     parent = settings.run_dir
-    again = "pass --overwrite to train the population again (a population is not resumed)"
-    if not overwrite and (parent / "population.json").is_file():
+    again = f"pass --resume {parent} to continue it or --overwrite to train the population again"
+    if resume:
+        from rl_zerosync.population.resume import check_settings
+
+        changes = check_settings(settings, pop)  # a fixed key changed: refused before anything is written
+        print("resume: settings as the population's" if not changes else
+              f"resume: changed from the population's settings: {', '.join(changes)}", flush=True)
+    elif not overwrite and (parent / "population.json").is_file():
         raise RunExistsError(f"{parent} already holds a population (population.json); {again}", parent)
-    with RunDir.claim(parent, overwrite=overwrite, hint=again) as prd:
+    with RunDir.claim(parent, overwrite=overwrite, resume=resume, hint=again) as prd:
         from rl_zerosync.population.report import ENSEMBLE_DIR
 
         prd.record("population.json", POPULATION_PNG, *(member_dir(parent, m.index).name for m in pop.members),
                    *([ENSEMBLE_DIR.format(k=pop.ensemble_top_k)] if pop.ensemble_top_k else []))
-        for m in pop.members:  # every member's directory checked before Ray starts
-            RunDir.claim(member_dir(parent, m.index), hint=again).close()
+        plan = _plan(settings, pop, members) if resume else None
+        if plan is not None and plan.report is not None:
+            return plan.report
+        if plan is None:
+            for m in pop.members:  # every member's directory checked before Ray starts
+                RunDir.claim(member_dir(parent, m.index), hint=again).close()
         prd.write_settings(settings)
         init_ray(settings)
         print(describe(pop), flush=True)
@@ -46,10 +58,27 @@ def train_population(settings: Settings, overwrite: bool = False) -> dict:
             finally:
                 sharded.close()
         with contextlib.ExitStack() as stack:
-            population = Population(settings, pop, members, stack)
+            population = Population(settings, pop, members, stack, resume=plan)
             print(population.update_line, flush=True)
             print(population.rollout_line, flush=True)
             return _run(population)
+
+
+def _plan(settings: Settings, pop: PopulationSettings, members: list[Settings]):
+    """A resume's :class:`~rl_zerosync.population.resume.ResumePlan`, checked before Ray starts, with the
+    metrics table cut back to it; its ``report`` is ``population.json`` when the population had finished
+    (nothing is changed then)."""
+    from rl_zerosync.population.resume import apply_plan, finished_report, plan_resume
+
+    plan = plan_resume(settings, pop, members)
+    report = finished_report(settings.run_dir) if not plan.training else None
+    if report is not None:
+        say(f"population: {settings.run_dir} is finished (every member trained, population.json complete): "
+            "nothing to resume; --overwrite trains it again")
+    else:
+        apply_plan(settings, plan)
+    plan.report = report
+    return plan
 
 
 def evaluate_ensemble(settings: Settings, pop: PopulationSettings, rows: list[dict]) -> dict | None:

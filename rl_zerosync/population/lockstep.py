@@ -9,9 +9,11 @@ its own best checkpoint (policy only) and its checkpoints in ``<run.dir>/<run.na
 members' metrics rows go to one table, ``<run.dir>/<run.name>/metrics.jsonl`` with a ``member`` column,
 and one TensorBoard writer (``member<k>/...`` tags; :class:`~rl_zerosync.rundir.metrics_table.MetricsTable`).
 After every validation pass a one-line summary of the population is printed; with ``population.pbt_every`` the exploit/explore step of
-:mod:`rl_zerosync.population.pbt` runs on the members' learners. At the end every member's final
-checkpoint is written, each is evaluated (the test segment, read once, for the report), and
-``population.json`` (:mod:`rl_zerosync.population.report`) and the leaderboard are written.
+:mod:`rl_zerosync.population.pbt` runs on the members' learners. A member stopped early by
+``run.early_stop_patience`` writes its checkpoint at once. At the end (or at a SIGINT/SIGTERM) every
+member's final checkpoint is written, all at one iteration, which is where ``train --resume`` continues
+the population from (:mod:`rl_zerosync.population.resume`); at the end each is evaluated (the test
+segment, read once, for the report), and ``population.json`` (:mod:`rl_zerosync.population.report`) and the leaderboard are written.
 
 A member here is one RLlib algorithm (its own learner and env runner; a
 :class:`~rl_zerosync.population.member_algorithm.PopulationMemberDQN`, whose iteration is split around
@@ -54,10 +56,13 @@ class Population:
     tests step it, a shard (:mod:`rl_zerosync.population.shards`) holds one with its part of the members
     (``indices``). Built inside ``stack`` (every member's run directory, algorithm and log closed by it).
     ``table``: write the members' metrics rows into the population's one table (:attr:`table`); a shard
-    passes False and hands each iteration's rows (:attr:`last_rows`) to the driver, which writes them."""
+    passes False and hands each iteration's rows (:attr:`last_rows`) to the driver, which writes them.
+    ``resume``: a resumed population's :class:`~rl_zerosync.population.resume.ResumePlan` (each member
+    restored from its checkpoint; the finished ones read back, never trained or saved again)."""
 
     def __init__(self, settings: Settings, pop: PopulationSettings, members: list[Settings],
-                 stack: contextlib.ExitStack, indices: list[int] | None = None, table: bool = True) -> None:
+                 stack: contextlib.ExitStack, indices: list[int] | None = None, table: bool = True,
+                 resume=None) -> None:
         from rl_zerosync.population.hyperparameters import HyperparameterTable
         from rl_zerosync.population.member import Member
         from rl_zerosync.population.pbt import Pbt
@@ -69,7 +74,10 @@ class Population:
         self._rows: list[dict] = []  # this iteration's metrics rows, appended by the members' run directories
         self.last_rows: list[dict] = []
         """The members' metrics rows of the last iteration (``member`` column), in member order."""
-        self.loops = _build(members, pop, stack, self.indices, self._rows)
+        self.loops = _build(members, pop, stack, self.indices, self._rows,
+                            resume.checkpoints if resume is not None else None)
+        self.read_back = set(resume.finished) if resume is not None else set()
+        """Members restored as finished: read back, not trained, their checkpoints not written again."""
         self.hyperparameters = HyperparameterTable(members)
         """The members' searchable hyperparameters, one typed ``[P]`` table (PBT writes it)."""
         self.members = [Member(loop, slot, self.hyperparameters) for slot, loop in enumerate(self.loops)]
@@ -81,7 +89,8 @@ class Population:
         self.timing = self.member_iteration.timing
         self.pbt = Pbt(pop, self.metric) if pop.pbt_every else None
         self.passes = 0
-        self.table = MetricsTable(self.parent).open() if table else None
+        purge = resume.purge_step if resume is not None else None
+        self.table = MetricsTable(self.parent).open(purge_step=purge) if table else None
         """The population's one metrics table and TensorBoard writer (None in a shard)."""
         if self.table is not None:
             stack.callback(self.table.close)
@@ -106,8 +115,12 @@ class Population:
         <rl_zerosync.population.iteration.PopulationIteration.step>`), then the members' metrics rows into
         the one table (their time counted in ``timing["logs_checkpoints_s"]``); True when it ended with a
         validation pass."""
+        training = [loop for loop in self.loops if not loop.done]
         validated = self.member_iteration.step()
         t = time.perf_counter()
+        for loop in training:
+            if loop.stopped:  # stopped early now: its final checkpoint at once, so a resume reads it back
+                loop.save()
         self.last_rows = list(self._rows)
         self._rows.clear()
         if self.table is not None:
@@ -150,9 +163,10 @@ class Population:
         return lines
 
     def save(self) -> None:
-        """Every member's final checkpoint."""
-        for loop in self.loops:
-            loop.save()
+        """Every member's final checkpoint (a member read back at a resume keeps the one it has)."""
+        for k, loop in zip(self.indices, self.loops):
+            if k not in self.read_back:
+                loop.save()
 
     def evaluate_members(self, full: frozenset[int] = frozenset()) -> list[str]:
         """Every member's end-of-run evaluation (the test segment, read once); their summary lines. By
@@ -224,17 +238,19 @@ def _evaluate_one(job: tuple[str, str, str]) -> dict:
 
 
 def _build(members: list[Settings], pop: PopulationSettings, stack: contextlib.ExitStack, indices: list[int],
-           rows: list) -> list[TrainLoop]:
+           rows: list, checkpoints: dict | None = None) -> list[TrainLoop]:
     """Every member's run directory (a :class:`~rl_zerosync.population.members.MemberRunDir` logging into
     ``rows``), algorithm (:class:`~rl_zerosync.population.member_algorithm.PopulationMemberDQN`) and loop
-    (closed by ``stack``, last first)."""
+    (closed by ``stack``, last first). ``checkpoints``: a resume (member index -> the checkpoint it is
+    restored from; a member without one starts from scratch)."""
     from rl_zerosync.population.member_algorithm import PopulationMemberDQN
     from rl_zerosync.population.members import MemberRunDir
 
     loops: list[TrainLoop] = []
     validator = None
     for k, (index, ms) in enumerate(zip(indices, members)):
-        rd = stack.enter_context(MemberRunDir.claim(ms.run_dir, hint="pass --overwrite to train the population again"))
+        rd = stack.enter_context(MemberRunDir.claim(ms.run_dir, resume=checkpoints is not None,
+                                                    hint="pass --overwrite to train the population again"))
         rd.bind(index, rows)
         rd.write_settings(ms)
         config = to_rllib_config(ms)
@@ -243,7 +259,8 @@ def _build(members: list[Settings], pop: PopulationSettings, stack: contextlib.E
         stack.callback(algo.stop)
         if k == 0:
             check_fits(algo, pop.size, ms)
-        loop = TrainLoop(ms, rd, algo, validator=validator, show=False)
+        ckpt = checkpoints.get(index) if checkpoints is not None else None
+        loop = TrainLoop(ms, rd, algo, ckpt, validator=validator, show=False)
         stack.callback(loop.close)
         validator = validator or loop.validator
         loops.append(loop)

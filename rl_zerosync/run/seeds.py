@@ -22,7 +22,7 @@ after its newest checkpoint at ``run.iterations`` or an early stop) is read back
 interrupted one continues from its newest valid checkpoint (``train --resume``, which refuses changed
 settings or data); one stopped before its first checkpoint starts again (``--overwrite`` of that
 seed's directory alone); a seed not started yet trains. A sweep trained as one population process
-is not resumed (a population has no resume yet).
+is not resumed by ``--seeds`` yet (only ``--overwrite`` trains it again).
 """
 from __future__ import annotations
 
@@ -263,8 +263,8 @@ def train_seeds(config: str, overrides: Sequence[str], seeds: Sequence[int], *, 
     walls: dict[int, float] = {}
     dirs = {s: parent / (f"{POPULATION_DIR}/member{k}" if together else f"seed{s}") for k, s in enumerate(seeds)}
     if together and plans:
-        raise ValueError("a sweep trained as one population process cannot be resumed (a population has no "
-                         "resume yet); pass --overwrite to train the seeds again")
+        raise ValueError("a sweep trained as one population process is not resumed by --seeds yet; pass "
+                         "--overwrite to train the seeds again")
     plans = plans or {}
     for seed, (plan, why) in plans.items():
         print(f"seed {seed}: {plan} ({why})", flush=True)
@@ -412,7 +412,7 @@ def _sweep_layout(settings, args) -> tuple[list[int], bool, int, str | None]:
                                  "(run.dir/run.name of the config)")
     if args.resume and (parent / POPULATION_DIR).exists():
         raise SweepArgumentError(f"--resume {parent}: the sweep trained as one population process "
-                                 f"({parent / POPULATION_DIR}/); a population cannot be resumed yet: pass "
+                                 f"({parent / POPULATION_DIR}/), which --seeds does not resume yet: pass "
                                  "--overwrite to train the seeds again")
     why = ("--parallel given" if args.parallel is not None else "--processes given" if args.processes
            else "--resume given" if args.resume else together_blocker(settings, seeds))

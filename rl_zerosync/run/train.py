@@ -71,6 +71,12 @@ class _Interrupt:
         return False
 
 
+def stopped_early(settings: Settings, state: dict) -> bool:
+    """Whether a run with ``settings`` whose checkpoint holds the run state ``state`` had stopped early
+    (``run.early_stop_patience`` passes without a new best): a resume reads it back, it trains no more."""
+    return _Selection(settings, state).stop
+
+
 class _Selection:
     """Best-validation bookkeeping: which iteration is best, patience for early stopping."""
 
@@ -96,6 +102,7 @@ class _Selection:
 
     @property
     def stop(self) -> bool:
+        """The early-stop rule: ``run.early_stop_patience`` validation passes without a new best."""
         return bool(self.patience) and self.since_best >= self.patience
 
     def state(self) -> dict:
@@ -206,7 +213,9 @@ class TrainLoop:
         self.progress = Progress(total_iterations=settings.run.iterations)
         self.show = show
         self.result: dict = {}
-        self.stopped = False
+        self.stopped = self.selection.stop
+        """Validation stopped the run early (restored from the checkpoint's run state at a resume: an
+        early-stopped run or population member resumed is read back, not trained on)."""
         run_dir.open_log()
         try:
             if show:

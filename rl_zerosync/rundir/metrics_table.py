@@ -17,9 +17,12 @@ writes).
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
+from rl_zerosync.rundir.checkpoints import warn
+from rl_zerosync.rundir.lock import RunDirError
 from rl_zerosync.rundir.os_errors import write_failed
 from rl_zerosync.rundir.run_dir import METRICS_FILE, TB_QUEUE, TENSORBOARD_DIR, RunDir
 
@@ -72,6 +75,27 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
             for row in _rows(path.parent / METRICS_FILE) if row.get(MEMBER_COLUMN) == k]
 
 
+def _kept_rows(path: Path, kept: dict[int, int]) -> tuple[dict[tuple[int, int], str], int, list[int]]:
+    """:meth:`MetricsTable.truncate`'s reading of ``path``: the kept lines by ``(iteration, member)`` (the
+    last written of each), the number of lines dropped and the (1-based) numbers of the damaged ones."""
+    keep: dict[tuple[int, int], str] = {}
+    dropped, damaged = 0, []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):  # host read: run metadata
+        try:
+            row = json.loads(line)
+            key = (int(row["iteration"]), int(row[MEMBER_COLUMN]))
+        except (ValueError, KeyError, TypeError):
+            if line.strip():
+                dropped += 1
+                damaged.append(number)
+            continue
+        if key[0] > kept.get(key[1], 0) or key in keep:
+            dropped += 1
+        if key[0] <= kept.get(key[1], 0):
+            keep[key] = line
+    return keep, dropped, damaged
+
+
 class MetricsTable:
     """A population's one metrics table and TensorBoard writer in its directory ``path`` (see the module
     docstring). :meth:`open`, then :meth:`write` every iteration's rows, then :meth:`close`."""
@@ -81,10 +105,13 @@ class MetricsTable:
         self._jsonl = None
         self._tb = None
 
-    def open(self) -> "MetricsTable":
+    def open(self, purge_step: int | None = None) -> "MetricsTable":
         """Open ``metrics.jsonl`` (appended to) and this session's TensorBoard event file (recorded in the
-        directory's inventory first, so ``--overwrite`` removes them)."""
+        directory's inventory first, so ``--overwrite`` removes them). ``purge_step`` (a resume: the first
+        iteration trained again): the new event file starts a session there, so TensorBoard hides the
+        earlier sessions' events from that step on (as a single run's ``SummaryWriter(purge_step=...)``)."""
         from tensorboardX import FileWriter
+        from tensorboardX.proto.event_pb2 import Event, SessionLog
 
         self.path.mkdir(parents=True, exist_ok=True)
         RunDir(self.path).record(METRICS_FILE, TENSORBOARD_DIR)
@@ -92,7 +119,41 @@ class MetricsTable:
         tb_dir = self.path / TENSORBOARD_DIR
         session = len(list(tb_dir.glob("events.out.tfevents.*"))) if tb_dir.is_dir() else 0
         self._tb = FileWriter(str(tb_dir), max_queue=TB_QUEUE, filename_suffix=f".{session:04d}")
+        if purge_step is not None:
+            self._tb.add_event(Event(step=int(purge_step), file_version="brain.Event:2"))
+            self._tb.add_event(Event(step=int(purge_step), session_log=SessionLog(status=SessionLog.START)))
         return self
+
+    def truncate(self, kept: dict[int, int]) -> int:
+        """At a resume: keep member ``k``'s rows up to iteration ``kept[k]`` (its resumed checkpoint's; a
+        member not in ``kept`` keeps none), one row per member and iteration (the last written), in
+        iteration then member order (the order an uninterrupted population writes), and drop the rest;
+        the file is rewritten atomically (tmp + rename). A damaged line (a torn last line of a killed
+        run) is dropped with a warning; one that leaves a kept iteration of a member without its row is a
+        :class:`~rl_zerosync.rundir.lock.RunDirError` naming the line (nothing changed). Returns the
+        number of lines dropped."""
+        path = self.path / METRICS_FILE
+        if not path.is_file():
+            return 0
+        keep, dropped, damaged = _kept_rows(path, kept)
+        missing = [f"member{k} iteration {i}" for k, last in sorted(kept.items()) for i in range(1, last + 1)
+                   if (i, k) not in keep]
+        if damaged and missing:
+            raise RunDirError(
+                f"{path}, line {', '.join(map(str, damaged[:5]))}: a damaged row (not a JSON object with a member "
+                f"and an iteration) among the rows the resume keeps; {', '.join(missing[:5])} would have no row: "
+                "repair or remove the line, then --resume again (nothing was changed)")
+        if damaged:
+            warn(f"{path}: dropped {len(damaged)} damaged line(s) (line {', '.join(map(str, damaged[:5]))}; "
+                 "every kept iteration keeps its row)")
+        tmp = path.with_name(METRICS_FILE + ".tmp")
+        RunDir(self.path).record(tmp.name)
+        with open(tmp, "w") as f:
+            f.writelines(keep[key] + "\n" for key in sorted(keep))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        return dropped
 
     def write(self, rows: list[dict]) -> None:
         """One iteration's rows (each a :func:`~rl_zerosync.rundir.run_dir.metrics_row` with its
