@@ -215,6 +215,21 @@ def test_missing_file_and_asset_column(tmp_path):
         make_market(cfg([write(frame(), tmp_path / "a.csv")], asset_column="Sym"), "all")
 
 
+def test_a_file_the_system_will_not_read_names_the_errno(tmp_path, monkeypatch):
+    import errno
+
+    import pandas as pd
+
+    path = write(frame(), tmp_path / "locked.csv")
+
+    def denied(p, *args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", str(p))
+
+    monkeypatch.setattr(pd, "read_csv", denied)
+    with pytest.raises(ValueError, match=r"file .*locked\.csv: cannot be read: Permission denied \(EACCES\)$"):
+        make_market(cfg([path]), "all")
+
+
 def test_no_spread_source(tmp_path):
     p = write(frame()[["Date", "Close"]], tmp_path / "c.csv")
     with pytest.raises(ValueError, match=r"c\.csv: no bid/ask or high/low columns.*spread_bps"):

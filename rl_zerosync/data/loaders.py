@@ -264,9 +264,19 @@ def _read(path: str, fmt: str | None):
         raise ValueError(missing_file(path))
     try:
         frame = pd.read_csv(path) if kind == "csv" else pd.read_parquet(path)
+    except OSError as exc:  # a file that exists but the system will not read (no permission, an I/O error)
+        raise ValueError(f"file {path}: cannot be read: {_os_reason(exc)}") from exc
     except Exception as exc:  # parser errors of all kinds -> one clear message
         raise ValueError(f"file {path}: cannot be read as {kind}: {exc}") from exc
     return frame.reset_index(drop=True)
+
+
+def _os_reason(err: OSError) -> str:
+    """The system's words and the errno name, ``Permission denied (EACCES)`` (the data floor's copy of
+    ``rl_zerosync.rundir.os_errors.reason``, which sits above it)."""
+    name = errno.errorcode.get(err.errno) if isinstance(err.errno, int) else None
+    words = err.strerror or str(err)
+    return f"{words} ({name})" if name else words
 
 
 def missing_file(path: str) -> str:
@@ -278,7 +288,7 @@ def missing_file(path: str) -> str:
         if err.errno == errno.ELOOP:
             return f"file {path}: a loop of symbolic links (ELOOP); expected a file"
         if err.errno != errno.ENOENT:
-            return f"file {path}: {err.strerror} ({errno.errorcode.get(err.errno, err.errno)})"
+            return f"file {path}: {_os_reason(err)}"
     if os.path.islink(path):
         return f"file {path}: a symbolic link to {os.readlink(path)}, which does not exist"
     if str(path).startswith("~"):
