@@ -1,8 +1,9 @@
 """``train --resume`` of a population (``rl_zerosync/population/resume.py``) on the CPU: a population
 stopped by SIGTERM and resumed ends with every member's rows 1..N once, those before the stop kept and
 the counters (env steps, epsilon, updates) continued as in the uninterrupted population; after a kill between the members' checkpoint writes it
-continues from the last common iteration; a finished population is left as it is; changed settings
-are refused naming the key before anything is written."""
+continues from the last common iteration; a member stopped early is read back; a finished population
+is left as it is; changed settings, another directory and a changed data file are refused naming them
+before anything is written."""
 from __future__ import annotations
 
 import json
@@ -174,3 +175,30 @@ def test_changed_settings_are_refused_naming_the_key(runs, tmp_path, capsys, cha
     assert [line for line in err.splitlines() if line.startswith("error: ") and needle in line], err
     assert "Traceback" not in err
     assert {p: p.read_bytes() for p in (root / "pop").rglob("*") if p.is_file()} == before
+
+
+def test_a_changed_data_file_is_refused_by_name_before_anything_is_written(tmp_path, capsys):
+    """A population on file data records its files (``data_record.json`` of the population's directory);
+    a resume after the file changed is refused naming it, as a single run's is."""
+    import yaml
+
+    from rl_zerosync.cli import main
+    from rl_zerosync.rundir.run_dir import RunDir
+    from test_data_record import CUT, FEATURES, _drop_last, _write_csv
+
+    csv = _write_csv(tmp_path / "bars.csv")
+    raw = tiny_raw({"name": "pop", "dir": str(tmp_path), "iterations": 2, "evaluate": False})
+    raw["data"] = {"source": "csv", "paths": [str(csv)], "features": FEATURES,
+                   "columns": {"timestamp": "Date", "close": "Close", "high": "High", "low": "Low"}}
+    raw["population"] = SPACE
+    (tmp_path / "pop.yaml").write_text(yaml.safe_dump(raw))
+    parent = tmp_path / "pop"
+    parent.mkdir()
+    RunDir(parent).write_settings(from_dict(raw, str(tmp_path / "pop.yaml")))  # as train_population writes it
+    _drop_last(csv, CUT)
+    before = {p.name: p.read_bytes() for p in parent.iterdir() if p.is_file()}
+    assert main(["train", "--config", str(tmp_path / "pop.yaml"), "--resume", str(parent)]) == 2
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("error: ")]
+    assert len(lines) == 1 and f"data file {csv} changed since the run recorded it" in lines[0], lines
+    assert {p.name: p.read_bytes() for p in parent.iterdir() if p.is_file()} == before
+    assert not any((parent / f"member{k}").exists() for k in range(2))
