@@ -1,7 +1,7 @@
 """``train --resume`` of a population (``rl_zerosync/population/resume.py``) on the CPU: a population
 stopped by SIGTERM and resumed ends with every member's rows 1..N once, those before the stop kept and
-the counters (env steps, epsilon, updates) continued as in the uninterrupted population; after a kill between the members' checkpoint writes it
-continues from the last common iteration; a member stopped early is read back; a finished population
+the counters (env steps, epsilon, updates) continued as in the uninterrupted population; after a kill
+between the members' checkpoint writes it continues from the last common iteration; a member stopped early is read back; a finished population
 is left as it is; changed settings, another directory and a changed data file are refused naming them
 before anything is written."""
 from __future__ import annotations
