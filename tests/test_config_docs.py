@@ -1,9 +1,13 @@
-"""The generated tables of docs/configuration.md (the ``algo`` and ``model`` keys) are what their
-declarations in ``rl_zerosync/presets.py`` give (``python -m rl_zerosync.config.docs --write``)."""
+"""The generated tables of docs/configuration.md are what the declarations give (``python -m
+rl_zerosync.config.docs --write``): the ``algo`` and ``model`` keys of ``rl_zerosync/presets.py``, and
+the fields (default, docstring, rule) of the run, env, runner and learner settings classes."""
 from __future__ import annotations
 
+import dataclasses
+
 from rl_zerosync.config import docs
-from rl_zerosync.presets import ALGO_KEYS, MODEL_KEYS
+from rl_zerosync.learner.learner_settings import DQN_FIELDS, LearnerSettings
+from rl_zerosync.presets import ALGO_KEYS, MODEL_KEYS, Range
 
 
 def test_committed_tables_are_the_generated_ones():
@@ -33,3 +37,16 @@ def test_a_missing_block_is_named():
         assert "<!-- generated: algo -->" in str(err)
     else:
         raise AssertionError("a docs file without the markers was accepted")
+
+
+def test_component_rows_come_from_the_fields():
+    """Every field a section may set has its row; a learner field's rule is its row's range."""
+    learner = docs.TABLES["learner"]()
+    for f in dataclasses.fields(LearnerSettings):
+        assert (f"| `{f.name}` |" in learner) == (f.name not in DQN_FIELDS), f.name
+        if isinstance(f.metadata.get("rule"), Range) and "algo" not in f.metadata:
+            assert f"; {f.metadata['rule'].expected} |" in learner, f.name
+    assert "| `seed` | `run.seed` |" in learner and "| `seed` | `run.seed` |" in docs.TABLES["runner"]()
+    assert "| `replay_capacity` | 100,000 |" in learner
+    docstring = docs.field_docs(LearnerSettings)["prioritized"]
+    assert docstring.startswith("Proportional prioritized replay (priority `(\\|TD\\| + priority_eps)")

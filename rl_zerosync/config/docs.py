@@ -1,6 +1,11 @@
-"""The tables of ``docs/configuration.md`` that are generated from the declarations of the ``algo`` and
-``model`` keys (:class:`~rl_zerosync.presets.AlgoSettings`, :class:`~rl_zerosync.presets.ModelSettings`):
-each between ``<!-- generated: NAME -->`` and ``<!-- end generated: NAME -->``.
+"""The tables of ``docs/configuration.md`` generated from the settings' declarations, each between
+``<!-- generated: NAME -->`` and ``<!-- end generated: NAME -->``:
+
+* ``algo`` and ``model``: the declared keys (:class:`~rl_zerosync.presets.AlgoSettings`,
+  :class:`~rl_zerosync.presets.ModelSettings`): both defaults, RLlib name, population search, doc, rule;
+* ``run``, ``env``, ``runner``, ``learner``: one row per field of the section's class: its default
+  (or the key a settings file takes it from, :data:`~rl_zerosync.config.sections.GIVEN_BY`), the
+  first paragraph of its docstring, and its rule where the field declares one (``ruled``).
 
 ``python -m rl_zerosync.config.docs --write`` rewrites them; ``--check`` (the default) exits 1 naming
 the tables that differ from what the declarations give (``tests/test_config_docs.py`` runs it).
@@ -8,12 +13,18 @@ the tables that differ from what the declarations give (``tests/test_config_docs
 from __future__ import annotations
 
 import argparse
+import ast
+import dataclasses
+import inspect
 import re
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any, Callable, Dict
 
-from rl_zerosync.presets import ALGO_KEYS, MODEL_KEYS, RLLIB_ALIASES, REFUSED_RLLIB_NAMES
+from rl_zerosync.config.sections import DICT_KEYS, GIVEN_BY
+from rl_zerosync.config.settings import RunSettings
+from rl_zerosync.presets import ALGO_KEYS, MODEL_KEYS, RLLIB_ALIASES, REFUSED_RLLIB_NAMES, Range
 
 __all__ = ["DOC", "TABLES", "generated", "stale_tables"]
 
@@ -29,7 +40,7 @@ def _value(value: Any, top: bool = True) -> str:
     if isinstance(value, int):
         return f"{value:,}" if top and abs(value) >= 10_000 else str(value)
     if isinstance(value, float):
-        return repr(value)
+        return f"{value:g}" if value and not 1e-3 <= abs(value) < 1e5 else repr(value)
     if isinstance(value, (tuple, list)):
         return "`[" + ", ".join(_value(v, top=False).strip("`") for v in value) + "]`"
     if isinstance(value, dict):
@@ -67,7 +78,62 @@ def model_table() -> str:
     return "\n".join(rows)
 
 
-TABLES: Dict[str, Callable[[], str]] = {"algo": algo_table, "model": model_table}
+def field_docs(cls: type) -> Dict[str, str]:
+    """Field name -> the first paragraph of its docstring (the string right below the field), as markdown."""
+    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
+    out = {}
+    for node, doc in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant):
+            first = " ".join(doc.value.value.split("\n\n")[0].split())
+            first = re.sub(r":\w+:`~?([\w.]+)`", lambda m: "``" + m.group(1).rsplit(".", 1)[-1] + "``", first)
+            out[node.target.id] = first.replace("``", "`").replace("|", "\\|")
+    return out
+
+
+def _component_default(section: str, f: dataclasses.Field) -> str:
+    if f.name in GIVEN_BY.get(section, {}):
+        return f"`{GIVEN_BY[section][f.name]}`"
+    value = f.default_factory() if f.default is dataclasses.MISSING else f.default
+    return "none" if value is None else _value(value)
+
+
+def component_table(section: str, cls: type) -> str:
+    """The rows of the fields of ``cls`` a settings file's ``section`` may set (the learner's ``algo`` keys
+    only where the section may set them: :data:`~rl_zerosync.config.sections.DICT_KEYS`)."""
+    docs = field_docs(cls)
+    rows = ["| key | default | meaning |", "| --- | --- | --- |"]
+    for f in dataclasses.fields(cls):
+        algo = f.metadata.get("algo")
+        if algo is not None and algo not in DICT_KEYS:
+            continue
+        if algo is not None:
+            meaning = f"Set it in `algo` (`algo.{algo}`); here only while `algo.{algo}` is at its default (two " \
+                      f"different values are refused)"
+        else:
+            meaning = docs[f.name].rstrip(".")
+            rule = f.metadata.get("rule")
+            if isinstance(rule, Range):
+                meaning += f"; {rule.expected}"
+        rows.append(f"| `{f.name}` | {_component_default(section, f)} | {meaning} |")
+    if section == "learner":
+        dqn = ", ".join(f"`{key}`" for key, k in ALGO_KEYS.items() if k.learner and key not in DICT_KEYS)
+        rows.insert(0, f"The learner's DQN fields come from `algo` ({dqn}); setting them here is refused with a "
+                       f"pointer to the `algo` key.\n")
+    return "\n".join(rows)
+
+
+def _components() -> Dict[str, type]:
+    from rl_zerosync.env_runner.runner_settings import RunnerSettings
+    from rl_zerosync.envs.params import EnvParams
+    from rl_zerosync.learner.learner_settings import LearnerSettings
+
+    return {"run": RunSettings, "env": EnvParams, "runner": RunnerSettings, "learner": LearnerSettings}
+
+
+TABLES: Dict[str, Callable[[], str]] = {
+    "algo": algo_table, "model": model_table,
+    **{section: (lambda s=section: component_table(s, _components()[s])) for section in ("run", "env", "runner",
+                                                                                         "learner")}}
 """Generated table name -> the function that writes it."""
 
 

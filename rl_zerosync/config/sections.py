@@ -21,7 +21,7 @@ from rl_zerosync.presets import ALGO_KEYS, LEARNER_KEYS, algo_key_of
 if TYPE_CHECKING:
     from rl_zerosync.config.settings import AlgoSettings, RunSettings
 
-__all__ = ["Section", "build_components", "learner_config", "runner_config"]
+__all__ = ["DICT_KEYS", "GIVEN_BY", "Section", "build_components", "learner_config", "runner_config"]
 
 T = TypeVar("T")
 DICT_KEYS = tuple(key for key, k in ALGO_KEYS.items() if k.learner and k.rllib is None)
@@ -52,6 +52,12 @@ class Section(Mapping[str, Any], Generic[T]):
 
     def __len__(self) -> int:
         return len(self.given)
+
+
+GIVEN_BY = {"runner": {"seed": "run.seed", "epsilon": "algo.epsilon"},
+            "learner": {"seed": "run.seed", **{key: f"algo.{key}" for key in DICT_KEYS}}}
+"""Component keys that a settings file leaving them out gets from another key (:func:`runner_config`,
+:func:`learner_config`; the runner's epsilon is the config's ``epsilon``), for the docs tables."""
 
 
 def runner_config(given: Mapping, run: RunSettings) -> dict:

@@ -72,29 +72,31 @@ class RunSettings:
     name: str = "run"
     """Run name; the run directory is ``<dir>/<name>``."""
     dir: str = "runs"
-    """Parent directory of run directories."""
+    """Parent directory of run directories; inside a Ray job a relative one resolves against
+    ``$RL_ZEROSYNC_STORAGE``, else ``~/ray_results/rl_zerosync`` (``config/storage.py``)."""
     iterations: int = 100
-    """Training iterations (one iteration = one rollout per runner + K updates)."""
+    """Training iterations (one iteration = one rollout per runner + K updates); > 0."""
     checkpoint_every: int = 10
-    """Write a checkpoint every this many iterations (and at the end); 0 = only at the end."""
+    """Write a checkpoint every this many iterations (and at the end); 0 = only at the end; >= 0."""
     seed: int = 0
-    """Global seed (env offsets, exploration, network init, replay sampling)."""
+    """Global seed: env offsets, exploration, network init, replay sampling; 0 to 2**32 − 1 (RLlib seeds
+    numpy's generator with it)."""
     evaluate: bool = True
     """Evaluate the greedy policy on the validation and test segments at the end."""
     num_cpus: int = 0
-    """CPUs for a local Ray instance; 0 = let Ray decide (ignored when a cluster is running)."""
+    """CPUs for a local Ray instance; 0 = let Ray decide (ignored when a cluster is running); >= 0."""
     eval_every: int = 0
-    """Validate the greedy policy every this many iterations (and after the last one); 0 = auto,
-    ``max(1, iterations // 20)`` (about 20 validation passes per run)."""
+    """Validate the greedy policy every this many iterations (and after the last one); 0 = auto, ``max(1,
+    iterations // 20)`` (about 20 validation passes per run); >= 0."""
     eval_metric: str = "sharpe"
-    """Validation metric (mean over assets, higher is better) that selects ``checkpoint_best/``:
-    one of EVAL_METRICS."""
+    """Validation metric (mean over assets, higher is better) that selects ``checkpoint_best/``: ``sharpe``,
+    ``sortino``, ``total_return``, ``annualized_return`` or ``calmar`` (EVAL_METRICS)."""
     early_stop_patience: int = 0
-    """Stop after this many validation passes without a new best; 0 = never stop early."""
+    """Stop after this many validation passes without a new best; 0 = never stop early; >= 0."""
     keep_checkpoints: int = KEEP_LAST
-    """Last checkpoints kept (``checkpoint/``, ``checkpoint.1/``, ...), besides ``checkpoint_best/``."""
+    """Last checkpoints kept (``checkpoint/``, ``checkpoint.1/``, ...) besides ``checkpoint_best/``; > 0."""
     eval_checkpoint: str = "best"
-    """Checkpoint the end-of-run test evaluates: "best" (by validation) or "last"."""
+    """Checkpoint the end-of-run test evaluates: ``best`` (by validation) or ``last``."""
 
 
 @dataclass(kw_only=True)

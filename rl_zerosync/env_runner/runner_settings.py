@@ -27,39 +27,43 @@ class RunnerSettings:
     """Settings of :class:`~rl_zerosync.env_runner.GPUEnvRunner` (``env_config["runner"]``)."""
 
     output: str = "columnar"
-    """What ``sample()`` returns: "columnar" (dict of [T, N, ...] tensors) or "episodes"."""
+    """What ``sample()`` returns: ``columnar`` (a dict of ``[T, N, ...]`` tensors, the fast path) or
+    ``episodes`` (``SingleAgentEpisode`` objects, for stock RLlib DQN)."""
     device: str = "auto"
-    """Where envs and the inference module live: "auto" (CUDA when available), "cpu" or "cuda"."""
+    """Where envs and the inference module live: ``auto`` (CUDA when available), ``cpu`` or ``cuda``."""
     graph: bool = True
     """Capture the T-step rollout in one CUDA graph and replay it (CUDA only; ignored on CPU).
 
-    Measured on one H200 (benchmarks/results/env_runner.json): 3.3x (64k envs) to 12x (1k envs)
-    more env steps/s than eager."""
+    Measured on one H200 (benchmarks/results/env_runner.json): 3.3x (64k envs) to 12x (1k envs) more env
+    steps/s than eager."""
     overlap: bool = False
-    """Sample the iteration's rollouts while the learner trains on the replay as it was before them.
+    """Sample the iteration's rollouts while the learner trains on the replay as it was before them: on the
+    runner's own CUDA stream when runner and learner are in the driver, as asynchronous Ray calls with remote
+    env runners (DDP learners included); refused with a local runner and remote learners; results are
+    reproducible for a given setting.
 
-    Runner and learner in the driver process (num_env_runners 0, num_learners 0): each iteration
-    launches its rollout on the runner's own CUDA stream, enqueues the iteration's updates on the
-    learner's stream, then waits for the rollout and adds it (on CPU the same order runs without
-    concurrency). Remote env runners (num_env_runners >= 1, any num_learners): the rollouts are
-    asynchronous Ray calls that run while the learners train; K follows the env steps the previous
-    iteration sampled. Either way the rollouts act with the weights of the previous iteration, as
-    without overlap, and the updates see data one rollout older; results are reproducible for a
-    given setting. Refused with a local runner and remote learners."""
+    Runner and learner in the driver process (num_env_runners 0, num_learners 0): each iteration launches its
+    rollout on the runner's own CUDA stream, enqueues the iteration's updates on the learner's stream, then
+    waits for the rollout and adds it (on CPU the same order runs without concurrency). Remote env runners
+    (num_env_runners >= 1, any num_learners): the rollouts are asynchronous Ray calls that run while the
+    learners train; K follows the env steps the previous iteration sampled. Either way the rollouts act with
+    the weights of the previous iteration, as without overlap, and the updates see data one rollout older."""
     check_env: bool = True
-    """Run :func:`~rl_zerosync.envs.check.check_batched_env` on the runner's envs when they are built
-    (a few steps, before the first rollout resets them); False skips it."""
+    """Check the runner's envs against the ``BatchedEnv`` protocol when they are built
+    (:func:`~rl_zerosync.envs.check.check_batched_env`: a few steps, before the first rollout resets them);
+    ``false`` skips it."""
     seed: Optional[int] = None
-    """Seed of the action RNG and the envs; None: ``config.seed`` or 0. Worker index is added."""
+    """Seed of the action RNG and the envs (None, the Python API's default: the config's seed, or 0), 0 to
+    2**64 − 1; the worker index is added."""
     epsilon: Optional[Any] = None
-    """Epsilon schedule override (float or [(step, value), ...], the rule of
-    :func:`~rl_zerosync.env_runner.epsilon.normalize_epsilon_schedule`); None: ``config.epsilon``."""
+    """An epsilon schedule for the runner alone (same rule as ``algo.epsilon``,
+    :func:`~rl_zerosync.env_runner.epsilon.normalize_epsilon_schedule`); None: the config's ``epsilon``."""
     wide: float = 1.5
-    """Routing: spread / median spread at or above this is a wide spread."""
+    """Routing: spread / median spread at or above this is a wide spread; > 0."""
     high_vol: float = 1.5
-    """Routing: vol / median vol at or above this is high volatility."""
+    """Routing: vol / median vol at or above this is high volatility; > 0."""
     low_vol: float = 0.75
-    """Routing: vol / median vol at or below this gets LOW urgency."""
+    """Routing: vol / median vol at or below this gets LOW urgency; > 0 and <= ``high_vol``."""
 
     def __post_init__(self) -> None:
         if self.output not in OUTPUTS:

@@ -67,51 +67,59 @@ class EnvParams:
     """Configuration of :class:`~rl_zerosync.envs.BatchedTradingEnv` (``env_config["env"]``)."""
 
     episode_len: int = 256
-    """Steps per episode; an episode starting at bar ``s`` trades at bars ``s .. s+episode_len-1``."""
+    """Steps per episode (an episode starting at bar ``s`` trades at bars ``s .. s+episode_len-1``); >= 2 in a
+    training run."""
     window: int = 16
-    """K: number of past normalized returns in the observation."""
+    """K: past normalized returns in the observation; >= 1."""
     exposure_levels: tuple[float, ...] = DEFAULT_EXPOSURE_LEVELS
-    """Target position (fraction of equity) of exposure index 0..4."""
+    """Target position (fraction of equity) of exposure index 0..4; every ``|level|`` <= 10."""
     fee: float = 0.5e-4
-    """Commission per unit traded (fraction of notional), all order types."""
+    """Commission per unit traded (fraction of notional), all order types, in [0, 1)."""
     fill_prob: Table = ((1.0, 1.0, 1.0), (0.5, 0.7, 0.85), (0.2, 0.3, 0.4))
-    """Fill fraction (expected mode) or fill probability (stochastic mode) ``[order][urgency]``."""
+    """Fill fraction (expected mode) or fill probability (stochastic mode) ``[order][urgency]``, in [0, 1];
+    MARKET's row all 1."""
     spread_frac: Table = ((0.5, 0.5, 0.5), (0.0, 0.1, 0.25), (-0.1, -0.05, 0.0))
-    """Fraction of the relative spread paid per unit traded ``[order][urgency]`` (< 0: rebate)."""
+    """Lag 1: MARKET's fraction of the spread paid, LIMIT / PASSIVE's limit offset from the close in spreads
+    (> 0 towards the far side); lag 0: fraction of the spread paid per unit traded (< 0: a rebate)."""
     impact: Table = ((0.05, 0.1, 0.2), (0.0, 0.02, 0.05), (0.0, 0.0, 0.0))
-    """Linear impact coefficient ``[order][urgency]``: extra cost per unit = impact * vol * |q|."""
+    """Linear impact ``[order][urgency]``: extra cost per unit = impact × vol × ``|q|``; >= 0."""
     fill_mode: str = "expected"
-    """"expected" (deterministic partial fills) or "stochastic" (seeded all-or-nothing fills)."""
+    """``expected``: the position moves by ``fill × (target − position)``; ``stochastic``: by the whole
+    difference with probability ``fill``, seeded."""
     reward_scale: float = 100.0
-    """Reward = reward_scale * (position PnL - costs - risk penalty); 100 = reward in percent."""
+    """Reward = reward_scale × (position PnL − costs − risk penalty); 100 = percent; > 0."""
     risk_penalty: float = 0.0
-    """Mean-variance penalty per step: risk_penalty * position**2 * vol_t**2."""
+    """Mean-variance penalty per step: risk_penalty × position² × vol²; >= 0."""
     turnover_penalty: float = 0.0
-    """Reward-only charge per unit of position traded (fraction of equity, like ``fee``): the reward
-    subtracts turnover_penalty * |q| each step; equity, net returns and every reported metric do not
-    (0: off, the earlier reward bit for bit). Teaches the agent that trading costs more than the
-    costs it pays, e.g. 5e-4 = 5 bps per unit traded."""
+    """Charge per unit of position traded, in the reward only (equity and every reported return leave it out):
+    reward −= reward_scale × turnover_penalty × ``|q|``; 5e-4 = 5 bps per unit; >= 0, 0 = off (the earlier
+    reward bit for bit).
+
+    Teaches the agent that trading costs more than the costs it pays."""
     reward_vol_scaled: bool = False
-    """Divide the step's reward by ``max(vol_t, REWARD_VOL_FLOOR)``, the EWMA volatility of bars up to
-    ``t`` (known before the P&L of bar ``t+1``): P&L in units of the bar's volatility, so calm and wild
-    instruments and periods weigh alike. Rewards then come in volatility units (about 1 for a
-    full position on a one-sigma bar): pair it with ``reward_scale: 1.0``. Off: the earlier reward."""
+    """Divide the reward by ``max(vol_t, REWARD_VOL_FLOOR)`` (1e-4), the EWMA volatility of bars up to t
+    (known before the P&L of bar t+1): P&L in units of the bar's volatility; pair it with ``reward_scale:
+    1.0``.
+
+    Calm and wild instruments and periods then weigh alike; rewards come in volatility units (about 1 for a
+    full position on a one-sigma bar). Off: the earlier reward."""
     stop_drawdown: float = 0.0
-    """Terminate an episode when its drawdown from the peak equity reaches this (0 disables)."""
+    """End an episode when its drawdown from peak equity reaches this, in [0, 1); 0 = off."""
     seed: int = 0
-    """Seed of the counter-based RNG (episode offsets, assets, stochastic fills)."""
+    """Seed of the env's counter-based RNG (episode offsets, assets, stochastic fills), 0 to 2**64 − 1; when a
+    settings file leaves it out, the GPU env runner seeds its envs with its own seed (``runner.seed`` + worker
+    index)."""
     execution_lag: int = 1
-    """Bars between the observation an order is decided on and its execution: 1 (next bar: MARKET at
-    the next open, passive orders only if the next bar trades through their price) or 0 (same-bar
-    close, every order type filling its fraction: the earlier versions' model)."""
+    """1: execute on the next bar (MARKET at the next open, passive orders only if the next bar trades through
+    their price); 0: at the same close, every order type filling its fraction (the earlier versions' model)."""
     maker_rebate_bps: float = 0.0
-    """Rebate in bps of notional earned by a filled LIMIT / PASSIVE order under ``execution_lag: 1``
+    """Rebate in bps of notional of a filled LIMIT / PASSIVE order under ``execution_lag: 1``, in [0, 10000]
     (0: none; the passive price offset of ``spread_frac`` is the only gain of resting)."""
     stagger_start: bool = False
-    """Training envs of the GPU env runner start their first episode at a random step counter in
-    ``[0, episode_len)`` (so episodes do not all end in the same iteration); later episodes are
-    whole. Off by default: the committed learning results were produced without it. Evaluation,
-    validation walks and the single-env gymnasium twins ignore it."""
+    """Training envs of the GPU env runner start their first episode at a random step in ``[0, episode_len)``
+    so episodes do not all end in the same iteration; evaluation and the gymnasium twins ignore it.
+
+    Later episodes are whole. Off by default: the committed learning results were produced without it."""
 
     def __post_init__(self) -> None:
         for name in ("stagger_start", "reward_vol_scaled"):

@@ -74,54 +74,59 @@ class LearnerSettings:
     """Settings of the zero-sync learner (see the module docstring for where each comes from)."""
 
     replay_capacity: int = ruled(100_000, Range(1, MAX_CAPACITY, integer=True))
-    """Transitions the device replay buffer holds (preallocated on the learner's device)."""
+    """Transitions the device replay holds (preallocated on the learner's device); per learner with DDP."""
     prioritized: bool = ruled(False, BOOL)
     """Proportional prioritized replay (priority ``(|TD| + priority_eps) ** alpha``) instead of uniform."""
     alpha: float = ruled(0.6, Range(0.0, 1.0))
     """Priority exponent of prioritized replay (0 = uniform)."""
     beta: float = ruled(0.4, Range(0.0, 1.0))
-    """Importance-weight exponent of prioritized replay: ``w = (N * P) ** -beta / max(w in batch)``."""
+    """Importance-weight exponent of prioritized replay: ``w = (N × P) ** -beta / max w in the batch``."""
     priority_eps: float = ruled(1e-6, Range(0.0, lo_open=True))
     """Added to ``|TD|`` before the priority exponent so no transition gets probability 0."""
     graph: bool = ruled(True, BOOL)
-    """Capture the whole update in a CUDA graph on CUDA devices (ignored on CPU; eager gives the same numbers)."""
+    """Capture the whole update in a CUDA graph on CUDA devices (ignored on CPU; eager gives the same
+    numbers)."""
     compile: bool = ruled(False, BOOL)
-    """Fuse the update's torch ops with ``torch.compile`` on CUDA devices (ignored on CPU; not
-    bit-identical to eager, see :mod:`rl_zerosync.learner.update_parts`; single learner only). On, the
-    Q network's forward and backward are torch's ops rather than the linear kernels
-    (:mod:`rl_zerosync.learner.mlp`), on every device."""
+    """Fuse the update's torch ops with ``torch.compile`` inside the graph (CUDA, one learner; not
+    bit-identical to eager); the Q network then runs on torch's ops, not the linear kernels.
+
+    Ignored on CPU; see :mod:`rl_zerosync.learner.update_parts`. On, the Q network's forward and backward are
+    torch's ops rather than the linear kernels (:mod:`rl_zerosync.learner.mlp`), on every device."""
     tf32: bool = ruled(False, BOOL)
-    """Let the update's float32 matmuls use TF32 tensor cores on CUDA (10-bit mantissa inputs, float32
-    accumulation; ignored on CPU). Scoped to the update: the process's setting is left as it is. On,
-    the Q network's forward and backward are torch's ops rather than the float32 linear kernels
-    (:mod:`rl_zerosync.learner.mlp`), on every device."""
+    """TF32 tensor-core matmuls inside the update only (CUDA); the Q network then runs on torch's ops.
+
+    10-bit mantissa inputs, float32 accumulation; ignored on CPU. Scoped to the update: the process's setting
+    is left as it is. On, the Q network's forward and backward are torch's ops rather than the float32 linear
+    kernels (:mod:`rl_zerosync.learner.mlp`), on every device."""
     graph_warmup: int = ruled(3, Range(1, 1000, integer=True))
-    """Eager updates run on a side stream before the CUDA graph is captured (they count as updates)."""
+    """Eager updates on a side stream before the CUDA graph is captured (they count as updates); with DDP at
+    least 11."""
     updates_per_graph: int = ruled(1, Range(1, 1024, integer=True))
-    """Updates captured in one CUDA graph launch (> 1: a second graph of that many updates is captured
-    and ``train(K)`` replays it wherever no target-network update or collapse-warmup switch falls
-    inside the block, the one-update graph elsewhere, so the updates are the same bit for bit;
-    single learner only; ignored on CPU and with ``graph: false``)."""
+    """Updates per graph launch (> 1: a second graph of N updates, replayed wherever no target-network update
+    or collapse-warmup switch falls inside the block, the one-update graph elsewhere; the same updates bit for
+    bit; one learner; ignored on CPU and with ``graph: false``)."""
     loss: str = ruled("huber", Choice(LOSSES))
-    """TD loss: "huber" (delta 1) or "mse"; defaults to the DQNConfig's ``td_error_loss_fn``."""
+    """TD loss: ``huber`` (delta 1) or ``mse``; defaults to the DQNConfig's ``td_error_loss_fn``."""
     loss_clip: float = ruled(1e6, Range(0.0, lo_open=True))
-    """A loss above this is clipped: the clipped loss drives the gradient and a clip event is counted."""
+    """A loss above this is clipped (the clipped loss drives the gradient) and counted."""
     divergence_threshold: float = ruled(1e4, Range(0.0, lo_open=True))
-    """|min| or |max| of the batch's per-row max-Q above this (or any non-finite Q) counts as diverged."""
+    """``|min|`` or ``|max|`` of the batch's per-row max-Q above this (or a non-finite Q) counts as diverged."""
     divergence_patience: int = ruled(3, Range(1, 2**31 - 1, integer=True))
     """Consecutive diverged updates that raise the divergence flag."""
     collapse_multiplier: float = ruled(1.0, Range(0.0))
-    """Gradient collapse: global grad norm below ``lr * collapse_multiplier`` (after the warmup)."""
+    """Gradient collapse: global grad norm below ``lr × collapse_multiplier`` after the warmup."""
     collapse_warmup_fraction: float = ruled(0.2, Range(0.0))
-    """Collapse is checked only after ``fraction * replay_capacity`` sampled transitions (updates x batch)."""
+    """Collapse is checked only after ``fraction × replay_capacity`` sampled transitions (updates × batch)."""
     nonfinite_policy: str = ruled("skip", Choice(NONFINITE_POLICIES))
-    """Non-finite loss or gradient: "skip" the step (counted) or "halt" at the next boundary."""
+    """A non-finite loss or gradient: ``skip`` the step on the device (counted) or ``halt`` at the iteration
+    boundary."""
     collapse_policy: str = ruled("warn", Choice(COLLAPSE_POLICIES))
-    """Gradient collapse past the warmup: "warn" (log) or "halt" at the next boundary."""
+    """Gradient collapse past the warmup: ``warn`` (log) or ``halt`` at the iteration boundary."""
     divergence_policy: str = ruled("halt", Choice(DIVERGENCE_POLICIES))
-    """Q divergence past the patience: "halt" at the next boundary or "warn"."""
+    """Q divergence past the patience: ``halt`` at the iteration boundary or ``warn``."""
     seed: int = ruled(0, Range(0, 2**64 - 1, integer=True))
-    """Seed of the counter-based replay sampling (defaults to the AlgorithmConfig's seed when set)."""
+    """Seed of the counter-based replay sampling (rank ``r`` samples with ``seed + r``; the Python API's
+    default: the config's seed when set)."""
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
