@@ -436,6 +436,8 @@ def _train(args) -> int:
     if args.resume and args.overwrite:
         print("error: --resume and --overwrite cannot be combined", file=sys.stderr)
         return 2
+    if settings.population is not None:  # before --seeds, which it refuses (population.seeds lists them)
+        return _train_population(settings, args)
     if args.seeds is not None:
         from rl_zerosync.run.seeds import SweepArgumentError, sweep_command
 
@@ -447,8 +449,6 @@ def _train(args) -> int:
         except RunDirError as err:
             _run_dir_error(err, args, resume=False)
             return 2
-    if settings.population is not None:
-        return _train_population(settings, args)
     try:
         result = train(settings, resume=args.resume, overwrite=args.overwrite)
     except (RunDirError, CheckpointError) as err:

@@ -410,3 +410,6 @@ def test_a_trained_population_is_refused_without_overwrite(evaluated, capsys):
     assert main(["train", "--config", str(config), "--resume", str(parent)]) == 0  # finished: left as it is
     assert "nothing to resume" in capsys.readouterr().out
     assert (parent / "population.json").read_text() == report
+    assert main(["train", "--config", str(config), "--seeds", "0,1"]) == 2  # population.seeds lists them
+    assert "--seeds cannot be combined with a population config" in capsys.readouterr().err
+    assert (parent / "population.json").read_text() == report
