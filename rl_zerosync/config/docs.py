@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict
 
 from rl_zerosync.config.sections import DICT_KEYS, GIVEN_BY
 from rl_zerosync.config.settings import RunSettings
-from rl_zerosync.presets import ALGO_KEYS, MODEL_KEYS, RLLIB_ALIASES, REFUSED_RLLIB_NAMES, Range
+from rl_zerosync.presets import ALGO_KEYS, MODEL_KEYS, RLLIB_ALIASES, REFUSED_RLLIB_NAMES, BOOL, Choice
 
 __all__ = ["DOC", "TABLES", "generated", "stale_tables"]
 
@@ -49,7 +49,7 @@ def _value(value: Any, top: bool = True) -> str:
 
 
 def _meaning(key) -> str:
-    return key.doc if key.rule is None else f"{key.doc}; {key.rule.expected}"
+    return key.doc + _rule_text(key.rule, key.doc)
 
 
 def algo_table() -> str:
@@ -97,6 +97,16 @@ def _component_default(section: str, f: dataclasses.Field) -> str:
     return "none" if value is None else _value(value)
 
 
+def _rule_text(rule: Any, meaning: str) -> str:
+    """What a rule adds to a row: what it allows, but a bool's and the choices the text names already."""
+    if rule is None or rule is BOOL:
+        return ""
+    if isinstance(rule, Choice):
+        named = all(f"`{v}`" in meaning for v in rule.values)
+        return "" if named else "; one of " + ", ".join(f"`{v}`" for v in rule.values)
+    return f"; {rule.expected}"
+
+
 def component_table(section: str, cls: type) -> str:
     """The rows of the fields of ``cls`` a settings file's ``section`` may set (the learner's ``algo`` keys
     only where the section may set them: :data:`~rl_zerosync.config.sections.DICT_KEYS`)."""
@@ -111,9 +121,7 @@ def component_table(section: str, cls: type) -> str:
                       f"different values are refused)"
         else:
             meaning = docs[f.name].rstrip(".")
-            rule = f.metadata.get("rule")
-            if isinstance(rule, Range):
-                meaning += f"; {rule.expected}"
+            meaning += _rule_text(f.metadata.get("rule"), meaning)
         rows.append(f"| `{f.name}` | {_component_default(section, f)} | {meaning} |")
     if section == "learner":
         dqn = ", ".join(f"`{key}`" for key, k in ALGO_KEYS.items() if k.learner and key not in DICT_KEYS)

@@ -39,7 +39,8 @@ import yaml
 from rl_zerosync.actions import ACTION_MODES  # noqa: F401 - the one tuple, re-exported (tests check it is)
 from rl_zerosync.rundir.checkpoints import KEEP_LAST
 from rl_zerosync.presets import (
-    ALGO_KEYS, MODEL_KEYS, REFUSED_RLLIB_NAMES, RLLIB_ALIASES, AlgoSettings, ModelSettings, bounded_repr,
+    ALGO_KEYS, MODEL_KEYS, REFUSED_RLLIB_NAMES, RLLIB_ALIASES, AlgoSettings, Choice, ModelSettings, Range, Rule,
+    bounded_repr, ruled,
 )
 from rl_zerosync.config.storage import job_run_dir
 from rl_zerosync.config.sections import Section, build_components, learner_config, runner_config
@@ -74,28 +75,27 @@ class RunSettings:
     dir: str = "runs"
     """Parent directory of run directories; inside a Ray job a relative one resolves against
     ``$RL_ZEROSYNC_STORAGE``, else ``~/ray_results/rl_zerosync`` (``config/storage.py``)."""
-    iterations: int = 100
-    """Training iterations (one iteration = one rollout per runner + K updates); > 0."""
-    checkpoint_every: int = 10
-    """Write a checkpoint every this many iterations (and at the end); 0 = only at the end; >= 0."""
-    seed: int = 0
-    """Global seed: env offsets, exploration, network init, replay sampling; 0 to 2**32 − 1 (RLlib seeds
+    iterations: int = ruled(100, Range(0, lo_open=True, integer=True))
+    """Training iterations (one iteration = one rollout per runner + K updates)."""
+    checkpoint_every: int = ruled(10, Range(0, integer=True))
+    """Write a checkpoint every this many iterations (and at the end); 0 = only at the end."""
+    seed: int = ruled(0, Range(0, integer=True))
+    """Global seed: env offsets, exploration, network init, replay sampling; at most 2**32 − 1 (RLlib seeds
     numpy's generator with it)."""
     evaluate: bool = True
     """Evaluate the greedy policy on the validation and test segments at the end."""
-    num_cpus: int = 0
-    """CPUs for a local Ray instance; 0 = let Ray decide (ignored when a cluster is running); >= 0."""
-    eval_every: int = 0
+    num_cpus: int = ruled(0, Range(0, integer=True))
+    """CPUs for a local Ray instance; 0 = let Ray decide (ignored when a cluster is running)."""
+    eval_every: int = ruled(0, Range(0, integer=True))
     """Validate the greedy policy every this many iterations (and after the last one); 0 = auto, ``max(1,
-    iterations // 20)`` (about 20 validation passes per run); >= 0."""
-    eval_metric: str = "sharpe"
-    """Validation metric (mean over assets, higher is better) that selects ``checkpoint_best/``: ``sharpe``,
-    ``sortino``, ``total_return``, ``annualized_return`` or ``calmar`` (EVAL_METRICS)."""
-    early_stop_patience: int = 0
-    """Stop after this many validation passes without a new best; 0 = never stop early; >= 0."""
-    keep_checkpoints: int = KEEP_LAST
-    """Last checkpoints kept (``checkpoint/``, ``checkpoint.1/``, ...) besides ``checkpoint_best/``; > 0."""
-    eval_checkpoint: str = "best"
+    iterations // 20)`` (about 20 validation passes per run)."""
+    eval_metric: str = ruled("sharpe", Choice(EVAL_METRICS))
+    """Validation metric (mean over assets, higher is better) that selects ``checkpoint_best/``."""
+    early_stop_patience: int = ruled(0, Range(0, integer=True))
+    """Stop after this many validation passes without a new best; 0 = never stop early."""
+    keep_checkpoints: int = ruled(KEEP_LAST, Range(0, lo_open=True, integer=True))
+    """Last checkpoints kept (``checkpoint/``, ``checkpoint.1/``, ...) besides ``checkpoint_best/``."""
+    eval_checkpoint: str = ruled("best", Choice(EVAL_CHECKPOINTS))
     """Checkpoint the end-of-run test evaluates: ``best`` (by validation) or ``last``."""
 
 
@@ -196,18 +196,23 @@ def check_run_name(name: str, src: str) -> None:
           f"{MAX_RUN_NAME_BYTES} bytes (a directory name is at most 255)")
 
 
+def _check_rule(rule: Rule | None, key: str, value: Any, src: str) -> None:
+    """``value`` of ``key`` (``section.name``) by its rule helper: SettingsError ``"<src>: <key>: got <value>;
+    allowed: ..."`` for a choice, ``"<src>: <key>: must be ..., got <value>"`` for another rule."""
+    if isinstance(rule, Choice):
+        check(src, key, rule.allows(value), f"got {value!r}; allowed: {', '.join(map(str, rule.values))}")
+    elif rule is not None:
+        name = key.split(".", 1)[1]
+        problem = rule.problem(name, value)
+        check(src, key, problem is None, (problem or "").removeprefix(f"{name} "))
+
+
 def _validate_run_and_model(run: RunSettings, model: ModelSettings, src: str) -> None:
     check_run_name(run.name, src)
     check(src, "run.dir", isinstance(run.dir, str) and run.dir.strip() != "",
           f"got {run.dir!r}; expected a directory path (e.g. 'runs')")
-    check(src, "run.eval_metric", run.eval_metric in EVAL_METRICS,
-           f"got {run.eval_metric!r}; allowed: {', '.join(EVAL_METRICS)}")
-    check(src, "run.eval_checkpoint", run.eval_checkpoint in EVAL_CHECKPOINTS,
-           f"got {run.eval_checkpoint!r}; allowed: {', '.join(EVAL_CHECKPOINTS)}")
-    for key in ("iterations", "keep_checkpoints"):
-        check(src, f"run.{key}", getattr(run, key) > 0, f"must be > 0, got {getattr(run, key)}")
-    for key in ("checkpoint_every", "seed", "num_cpus", "eval_every", "early_stop_patience"):
-        check(src, f"run.{key}", getattr(run, key) >= 0, f"must be >= 0, got {getattr(run, key)}")
+    for f in dataclasses.fields(run):
+        _check_rule(f.metadata.get("rule"), f"run.{f.name}", getattr(run, f.name), src)
     check(src, "run.seed", run.seed <= MAX_RUN_SEED,
           f"must be <= 2**32 - 1 (RLlib seeds numpy with it), got {run.seed}")
     for key, rule in MODEL_KEYS.items():  # the Q module's rules
@@ -227,8 +232,7 @@ def _validate_algo(a: AlgoSettings, src: str) -> None:
         raise SettingsError(f"{src}: {err}") from None
     a.epsilon = [list(p) for p in eps]
     for key, k in ALGO_KEYS.items():  # the declared rules of the keys the learner does not read
-        problem = None if k.learner or k.rule is None else k.rule.problem(key, getattr(a, key))
-        check(src, f"algo.{key}", problem is None, (problem or "").removeprefix(f"{key} "))
+        _check_rule(None if k.learner else k.rule, f"algo.{key}", getattr(a, key), src)
     where = "algo.custom_resources_per_env_runner"
     for name, amount in a.custom_resources_per_env_runner.items():
         check(src, where, isinstance(name, str) and bool(name),
