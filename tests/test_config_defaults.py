@@ -36,6 +36,7 @@ from rl_zerosync.module import make_module_spec
 from rl_zerosync.presets import (
     ALGO_KEYS, API, FILE_DEFAULTS, LEARNER_KEYS, MODEL_KEYS, REFUSED_RLLIB_NAMES, RLLIB_ALIASES, Preset,
 )
+from rl_zerosync.config.sections import DICT_KEYS
 from rl_zerosync.config.settings import (
     AlgoSettings, ModelSettings, RunSettings, SettingsError, from_dict, load, to_rllib_config,
 )
@@ -86,7 +87,7 @@ def test_empty_file_takes_the_dataclass_defaults():
     assert (s.run, s.algo, s.model) == (RunSettings(), AlgoSettings(), ModelSettings())
     assert s.data.typed == DataSettings() and s.env.typed == EnvParams()
     assert s.runner.typed == RunnerSettings(seed=s.run.seed)
-    dqn = {field: getattr(s.algo, key) for key, field in LEARNER_KEYS.items() if key != "weight_decay"}
+    dqn = {field: getattr(s.algo, key) for key, field in LEARNER_KEYS.items() if key not in DICT_KEYS}
     assert set(dqn) == set(DQN_FIELDS)
     assert s.learner.typed == LearnerSettings(seed=s.run.seed, **dqn)
 
@@ -100,8 +101,8 @@ def test_settings_file_defaults_are_the_settings_file_preset():
             assert tuple(config.model_config["hidden"]) == want == tuple(ModelSettings().hidden)
         elif f.name in ("layernorm", "dropout"):
             assert config.model_config[f.name] == want == getattr(ModelSettings(), f.name)
-        elif f.name == "weight_decay":
-            assert config.learner_config_dict["zerosync"]["weight_decay"] == want
+        elif f.name in DICT_KEYS:  # learner keys DQNConfig lacks: in learner_config_dict
+            assert config.learner_config_dict["zerosync"][f.name] == want
         else:
             assert _config_value(config, f.name) == want, f.name
 
