@@ -13,6 +13,8 @@ this segment, and their metrics are logged beside the agent's at every pass.
 """
 from __future__ import annotations
 
+import os
+
 import time
 from typing import Any
 
@@ -45,10 +47,22 @@ def _device(device: torch.device | str | None) -> torch.device:
     return torch.device(device if device is not None else "cuda" if torch.cuda.is_available() else "cpu")
 
 
+_MARKET: dict = {}
+"""The last validation market built (data settings and device -> market): ``prewalk_rules`` builds it at
+start-up and the run's :class:`Validator` takes it, not building (reading) the segment a second time."""
+
+
 def _segment(settings, device: torch.device):
     """(validation market on ``device``, env parameters, routing thresholds) of a run."""
-    data = make_market(dict(settings.data), "validation").to(device)
-    return data, EnvParams.from_dict(settings.env), routing_thresholds(settings.runner)
+    from rl_zerosync.data.identity import data_paths
+
+    files = [(p, st.st_size, st.st_mtime_ns) for p in data_paths(dict(settings.data))
+             for st in [os.stat(p)] if os.path.isfile(p)]  # a file rewritten since: built again
+    key = (repr(sorted(dict(settings.data).items())), repr(files), str(device))
+    if key not in _MARKET:
+        _MARKET.clear()
+        _MARKET[key] = make_market(dict(settings.data), "validation").to(device)
+    return _MARKET[key], EnvParams.from_dict(settings.env), routing_thresholds(settings.runner)
 
 
 def prewalk_rules(settings, device: torch.device | str | None = None) -> None:
