@@ -123,6 +123,19 @@ def test_a_kill_between_the_members_checkpoints_resumes_from_the_last_common_one
     _assert_resumed(clean, root, 2)
 
 
+def test_a_member_without_a_checkpoint_makes_the_population_start_again(runs, tmp_path, capsys):
+    """member1 never wrote a checkpoint (a kill before its first): the last common iteration is 0, every
+    member trains from the start, every row is written again once."""
+    clean, stopped = runs
+    root = tmp_path / "z"
+    shutil.copytree(stopped, root)
+    for ckpt in (root / "pop" / "member1").glob(CHECKPOINT_DIR + "*"):
+        shutil.rmtree(ckpt)
+    _train(root, resume=True)
+    assert "continues from iteration 0 (dropped 8 metrics.jsonl rows after it)" in capsys.readouterr().out
+    _assert_resumed(clean, root, 0)
+
+
 def test_a_member_that_stopped_early_is_read_back_not_retrained(runs, tmp_path, capsys):
     """member1's checkpoint says it had stopped early (patience used up): the resume restores it, trains
     member0 alone to the end and leaves member1's checkpoint and rows as they were."""
