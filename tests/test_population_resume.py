@@ -17,7 +17,10 @@ import pytest
 from rl_zerosync.config.settings import from_dict
 from rl_zerosync.rundir.checkpoints import CHECKPOINT_DIR, checkpoint_iteration
 from rl_zerosync.rundir.metrics_table import read_metrics
+from tensorboardX.proto import event_pb2
+
 from test_population import _rows
+from test_run_ownership import _tb_events
 from tiny_run import tiny_raw
 
 pytestmark = pytest.mark.usefixtures("ray_local")
@@ -102,11 +105,18 @@ def test_a_sigterm_then_resume_gives_the_uninterrupted_population(runs, tmp_path
     (root / "pop.yaml").write_text((root / "pop.yaml").read_text().replace(str(stopped), str(root)))
     with open(root / "pop" / "metrics.jsonl", "a") as f:
         f.write('{"member": 1, "itera')  # a torn last line, as a kill leaves it
+    before = set((root / "pop" / "tensorboard").iterdir())
     _train(root, resume=True)
     out = capsys.readouterr()
     assert f"resume: the population continues from iteration {STOP_AFTER}" in out.out
     assert "dropped 1 damaged line" in out.err
     _assert_resumed(clean, root, STOP_AFTER)
+    # TensorBoard: the new event file starts a session at the first iteration trained again
+    (events,) = set((root / "pop" / "tensorboard").iterdir()) - before
+    starts = [e.step for e in _tb_events(events) if e.HasField("session_log")
+              and e.session_log.status == event_pb2.SessionLog.START]
+    assert starts == [STOP_AFTER + 1]
+    assert {e.step for e in _tb_events(events) if e.HasField("summary")} == set(range(STOP_AFTER + 1, ITERATIONS + 1))
 
 
 def test_a_kill_between_the_members_checkpoints_resumes_from_the_last_common_one(runs, tmp_path, capsys):
