@@ -28,7 +28,7 @@ import dataclasses
 import math
 import reprlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from rl_zerosync.actions import ACTION_MODES, DEFAULT_ACTION_MODE
 

@@ -26,7 +26,7 @@ import dataclasses
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional  # Optional: the type of an optional algo key (_with_algo_keys)
 
 from rl_zerosync.presets import ALGO_KEYS, BOOL, MAX_CAPACITY, LEARNER_KEYS, AlgoSettings, Choice, Range, ruled
 
