@@ -296,14 +296,21 @@ def test_population_json_selects_on_validation_and_counts_every_member_as_trials
     assert "ensemble of the top 2" in printed
 
 
-def test_member_evaluations_print_one_progress_line_each(evaluated):
-    _, _, printed = evaluated
-    # one line per member's evaluation, with an ETA until the last; the members' own steps stay quiet
-    steps = [line for line in printed.splitlines() if line.startswith("evaluate member ")]
-    assert [s.split(" | ")[0] for s in steps] == ["evaluate member 1/3", "evaluate member 2/3", "evaluate member 3/3"]
-    assert "ETA" in steps[0] and "ETA" not in steps[-1]
+def test_member_evaluations_print_one_progress_line(evaluated):
+    parent, report, printed = evaluated
+    # the members' evaluations are one pass: one progress line naming the member evaluated whole (the
+    # one selected on validation); the members' own steps stay quiet; each member's summary line follows
+    chosen = report["selection"]["member"]
+    steps = [line for line in printed.splitlines() if line.startswith("evaluate members ")]
+    assert [s.split(" | ")[0] for s in steps] == ["evaluate members 1/1"]
+    assert f"3 in one pass (whole: [{chosen}])" in steps[0]
     assert not any(line.startswith("evaluate 1/") for line in printed.splitlines())
+    assert sum(line.startswith(f"member{k}: test") for k in range(3) for line in printed.splitlines()) == 3
     assert any(line.startswith("evaluate ensemble 1/1 | ") for line in printed.splitlines())
+    for k in range(3):
+        written = json.loads((parent / f"member{k}" / "evaluation" / "metrics.json").read_text())
+        assert ("lean" in written) == (k != chosen)
+        assert (parent / f"member{k}" / "evaluation" / "report.png").is_file() == (k == chosen)
 
 
 def test_the_leaderboard_ends_with_the_selected_members_verdict(evaluated):
