@@ -10,7 +10,7 @@ from the synthetic generator with ``local.yaml``'s settings, from generator seed
 sealed ones (one draw of ``sets x series`` independent series, cut into sets). Two fixed rules are
 walked through the project's own :class:`~rl_zerosync.evaluation.rules.RuleWalk` (next-bar fills,
 routing, ``local.yaml``'s costs): momentum(64,1) and buy-and-hold. Per set, the calibrated interval
-(:func:`rl_zerosync.evaluation.calibrated.panel_interval`, what every report prints) of
+(:func:`rl_zerosync.evidence.calibrated.panel_interval`, what every report prints) of
 
 * the mean over series of momentum(64,1)'s per-series Sharpe, and
 * the paired difference momentum(64,1) - buy-and-hold.
@@ -20,8 +20,8 @@ the generator); the true width is ``2 * 1.96 * sd`` of the statistic over sets. 
 (share of sets whose interval holds the truth; goal 0.90-0.98) and the mean interval width over the
 true width (goal 0.8-1.25), beside the old method (a bar bootstrap with Politis-White blocks, one
 shared draw: what the reports used before) on the same sets, and the cluster bootstrap's other
-interval constructions (:data:`~rl_zerosync.evaluation.calibrated.CLUSTER_INTERVALS`; ``calibrated``
-is the one the reports use, :data:`~rl_zerosync.evaluation.calibrated.CLUSTER_INTERVAL`).
+interval constructions (:data:`~rl_zerosync.evidence.calibrated.CLUSTER_INTERVALS`; ``calibrated``
+is the one the reports use, :data:`~rl_zerosync.evidence.calibrated.CLUSTER_INTERVAL`).
 
 Results to expect: coverage ~0.95 and width ratio ~1.0 for the cluster bootstrap; the old method's
 width ratio ~0.65.
@@ -77,7 +77,7 @@ def coverage(sets: int, series: int, bars: int, *, reps: int = 1000, old: bool =
              device: str | None = None) -> dict[str, Any]:
     """Coverage and width ratio of the calibrated intervals (module doc) over ``sets`` fresh sets."""
     from rl_zerosync.data.data_settings import SYNTHETIC_PERIODS_PER_YEAR
-    from rl_zerosync.evaluation.calibrated import CLUSTER_INTERVAL, CLUSTER_INTERVALS, panel_interval
+    from rl_zerosync.evidence.calibrated import CLUSTER_INTERVAL, CLUSTER_INTERVALS, panel_interval
 
     p = float(SYNTHETIC_PERIODS_PER_YEAR)
     t0 = time.perf_counter()
@@ -100,7 +100,7 @@ def coverage(sets: int, series: int, bars: int, *, reps: int = 1000, old: bool =
                 name_h = "calibrated" if h == CLUSTER_INTERVAL else f"cluster_{h}"
                 rows[name_h].append((iv["low"] <= truth <= iv["high"], iv["high"] - iv["low"], iv["method"]))
             if old and k < max(10, sets // 10):  # the old method on a subset of the sets
-                from rl_zerosync.evaluation.significance import block_length_for
+                from rl_zerosync.evidence.significance import block_length_for
 
                 cols = cut(pool[RULE], k) + (b or [])
                 block, _ = block_length_for(np.column_stack(cols))
@@ -124,7 +124,7 @@ def _old_interval(a, b, p, block, reps, seed):
     """The old reports' interval: one shared stationary bar draw for all series, Politis-White block."""
     import torch
 
-    from rl_zerosync.evaluation.resample import generator, stationary_counts, weighted_sharpes
+    from rl_zerosync.evidence.resample import generator, stationary_counts, weighted_sharpes
 
     gen = generator(seed, torch.device("cpu"))
     cols = a + (b or [])

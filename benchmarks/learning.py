@@ -16,7 +16,7 @@ price file) per seed. The validation pass is timed on 8 assets x 30k validation 
 training iteration of the config. JSON -> ``benchmarks/results/learning.json``; ``summary`` holds
 ``seeds``, ``test_sharpe_mean``, ``test_sharpe_ci95``, ``best_rule_test_sharpe_mean``,
 ``agent_minus_best_rule``, ``test_sharpe_mean_10x_budget`` and ``train_minus_test_sharpe``, and the
-evidence (:mod:`rl_zerosync.evaluation.evidence`): ``ci_method`` (what the intervals resample: seeds,
+evidence (:mod:`rl_zerosync.evidence.block`): ``ci_method`` (what the intervals resample: seeds,
 assets or held-out series, and bars), ``test_sharpe_ci95`` and ``agent_minus_best_rule_ci95`` (paired),
 ``deflated_sharpe`` and ``trials`` (what N counts in ``trials_counted``), ``pbo`` (CSCV over the rule
 variants), ``heldout_test_series`` (0: the test segment of the training series).

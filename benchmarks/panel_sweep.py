@@ -145,7 +145,7 @@ def read_run(run_dir: Path) -> dict[str, Any]:
     """What the sweep knows of a run, from ``metrics.jsonl`` and ``validation_returns/`` only: the
     selected (best validation) pass's iteration, logged metrics and per-asset returns, and every
     pass's returns (the trials)."""
-    from rl_zerosync.evaluation.evidence import VALIDATION_RETURNS_DIR
+    from rl_zerosync.evidence.block import VALIDATION_RETURNS_DIR
 
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
     passes = [r for r in rows if "eval/validation_sharpe" in r]
@@ -190,7 +190,7 @@ def summarise(name: str, variant: Mapping[str, str], reads: Sequence[Mapping[str
     """A variant's validation numbers over its seeds: the mean of per-asset Sharpes of each seed's
     selected checkpoint with the calibrated interval (bars in blocks shared by the assets, seeds drawn
     with replacement), the same paired against buy-and-hold, turnover, and per seed what was logged."""
-    from rl_zerosync.evaluation.calibrated import panel_interval
+    from rl_zerosync.evidence.calibrated import panel_interval
 
     agent = [r["nets"] for r in reads]
     alone = panel_interval(agent, None, periods_per_year, independent_series=False)
@@ -209,7 +209,7 @@ def choose(summaries: Sequence[Mapping[str, Any]], all_passes: Sequence[np.ndarr
     """The variant with the highest mean validation Sharpe over seeds (the first on a tie), its
     deflated Sharpe over the effective number of trials among ``all_passes`` (every validation pass of
     every run: [bars] each), and how the trials were counted. Reads validation numbers only."""
-    from rl_zerosync.evaluation.calibrated import deflated_sharpe, effective_trials
+    from rl_zerosync.evidence.calibrated import deflated_sharpe, effective_trials
 
     best = max(summaries, key=lambda s: s["validation_sharpe"]["estimate"])
     n, how = effective_trials(np.column_stack(all_passes))
@@ -239,8 +239,8 @@ def select(designed: Sequence[Mapping[str, str]], done: Sequence[Mapping[str, An
 def final_test(out: Path, jobs: int, logs: Path) -> dict[str, Any]:
     """Evaluate the chosen variant's runs (validation and the sealed test) once; refused when ``out``
     already holds a final test."""
-    from rl_zerosync.evaluation.calibrated import panel_interval
-    from rl_zerosync.evaluation.evidence import read_returns
+    from rl_zerosync.evaluation.evidence_report import read_returns
+    from rl_zerosync.evidence.calibrated import panel_interval
 
     result = json.loads(out.read_text())
     if result.get("final_test"):
@@ -287,7 +287,7 @@ def final_test(out: Path, jobs: int, logs: Path) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     from rl_zerosync.config.settings import load
-    from rl_zerosync.evaluation.calibrated import panel_interval
+    from rl_zerosync.evidence.calibrated import panel_interval
 
     p = parser(__doc__, out=results_path("realdata_sweep"),
                quick="smoke: 2 variants x 3 iterations, seed 0 (temp JSON)")

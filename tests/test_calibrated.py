@@ -1,4 +1,4 @@
-"""Calibrated intervals and the deflated Sharpe (``rl_zerosync.evaluation.calibrated`` and the DSR of
+"""Calibrated intervals and the deflated Sharpe (``rl_zerosync.evidence.calibrated`` and the DSR of
 ``evidence``): the paper's worked example, a planted edge that the DSR accepts, a pure-noise search
 whose DSR spreads over [0, 1], trials from the wrong family that a test catches, and intervals whose
 width matches the truth on series with long trends (where a bar bootstrap with short blocks is too narrow)."""
@@ -9,9 +9,9 @@ import math
 import numpy as np
 import pytest
 
-from rl_zerosync.evaluation.calibrated import (
+from rl_zerosync.evidence.block import deflate
+from rl_zerosync.evidence.calibrated import (
     block_rule, deflated_sharpe, effective_trials, expected_max_z, panel_interval, position_time)
-from rl_zerosync.evaluation.evidence import deflate
 
 
 def test_dsr_reproduces_the_papers_worked_example():
@@ -158,7 +158,7 @@ def test_block_rule_takes_the_longest_dependence():
 
 
 def test_ratio_interval_of_the_efficiency():
-    from rl_zerosync.evaluation.calibrated import ratio_interval
+    from rl_zerosync.evidence.calibrated import ratio_interval
 
     rng = np.random.default_rng(9)
     oracle = rng.normal(1.9, 0.6, 32)

@@ -137,7 +137,7 @@ def test_resume_refuses_when_every_checkpoint_is_damaged(run_copy, capsys):
 
 
 def test_a_checkpoint_without_a_manifest_loads_with_a_warning(run_copy, capsys):
-    from rl_zerosync.evaluation.evaluate import load_module
+    from rl_zerosync.rundir.checkpoints import load_module
 
     ckpt = run_copy / CHECKPOINT_DIR
     (ckpt / MANIFEST_FILE).unlink()

@@ -183,7 +183,7 @@ def test_loading_a_checkpoints_module_runs_with_the_notices_quieted(monkeypatch)
 
     from ray.rllib.core.rl_module.rl_module import RLModule
 
-    from rl_zerosync.evaluation import evaluate
+    from rl_zerosync.rundir import checkpoints
     from rl_zerosync.rundir.ray_notices import OnceAtDebug
 
     seen = []
@@ -194,7 +194,7 @@ def test_loading_a_checkpoints_module_runs_with_the_notices_quieted(monkeypatch)
 
     monkeypatch.setattr(RLModule, "from_checkpoint", staticmethod(fake_from_checkpoint))
     ckpt = Path(__file__).parent  # any folder with the module path below it
-    monkeypatch.setattr(evaluate, "MODULE_PATH", Path("."))
+    monkeypatch.setattr(checkpoints, "MODULE_PATH", Path("."))
     with pytest.raises(RuntimeError, match="stop here"):
-        evaluate.load_module(ckpt)
+        checkpoints.load_module(ckpt)
     assert seen == [True]

@@ -61,7 +61,7 @@ def _fabricate_run(raw: dict) -> Path:
     from rl_zerosync.data import make_market
     from rl_zerosync.envs import EnvParams
     from rl_zerosync.envs.gym_twin import observation_space_for
-    from rl_zerosync.evaluation.evaluate import MODULE_PATH
+    from rl_zerosync.rundir.checkpoints import MODULE_PATH
     from rl_zerosync.module import make_module_spec
     from rl_zerosync.rundir.checkpoints import write_manifest
     from rl_zerosync.rundir.lock import LOCK_FILE

@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rl_zerosync.evaluation.calibrated import panel_interval
 from rl_zerosync.evaluation.deploy import (
     DEFAULT_MARGIN, DEPLOY_FILE, SUMMARY_KEYS, attach_deployment, check_margin, decide, deployment_block,
     read_deployment_returns, walk_forward_deployment)
 from rl_zerosync.evaluation.rules import RULES
+from rl_zerosync.evidence.calibrated import panel_interval
 
 P = 252.0
 BARS, ASSETS = 500, 2

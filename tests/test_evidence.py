@@ -1,19 +1,23 @@
-"""The ``evidence`` block of an evaluation (``rl_zerosync.evaluation.evidence``): intervals with
-sample noise that contain their estimates, paired differences, PSR / DSR with the trials counted
-from the rule grid and the run's validation history, SPA, PBO and the validation power check."""
+"""The ``evidence`` block of an evaluation (``rl_zerosync.evidence.block``, put into the report by
+``rl_zerosync.evaluation.evidence_report``): intervals with sample noise that contain their
+estimates, paired differences, PSR / DSR with the trials counted from the rule grid and the run's
+validation history, SPA, PBO and the validation power check."""
 from __future__ import annotations
 
 import json
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from rl_zerosync.evaluation.calibrated import expected_max_z, panel_interval
-from rl_zerosync.evaluation.evidence import (
-    checkpoint_history, save_validation_returns, selection_trials, validation_passes)
-from rl_zerosync.evaluation.rules import variants
+from rl_zerosync.evaluation.evidence_report import add_evidence
+from rl_zerosync.evaluation.rules import RULES, variants
+from rl_zerosync.evidence.calibrated import expected_max_z, panel_interval
+from rl_zerosync.evidence.block import (
+    checkpoint_history, oracle_intervals, pbo_block, save_validation_returns, selection_trials, validation_passes,
+    variant_nets)
 
 RUN = Path(__file__).resolve().parent / "data" / "run_v0_1"
 
@@ -97,15 +101,20 @@ def test_evidence_block_is_consistent(report):
     assert "at least 8" in ev["intervals"]["efficiency"]["reason"] and s["efficiency_ci95"] is None
 
 
-def test_a_segment_too_short_for_the_statistics_leaves_the_report_with_the_reason(monkeypatch, capsys):
-    import rl_zerosync.evaluation.evidence as evidence
+def short_walk(segment: str, bars: int = 10, labels=("buy_and_hold", "momentum(4,0)")) -> SimpleNamespace:
+    """The fields of an ``EvalResult`` the evidence reads: two independent series of ``bars`` bars."""
+    nets = [np.zeros(bars), np.linspace(-0.01, 0.01, bars)]
+    return SimpleNamespace(
+        segment=segment, records=[{"net": n, "position": np.ones(bars)} for n in nets], timestamps=[None, None],
+        baseline_net={r: nets for r in ("buy_and_hold", "momentum", "mean_reversion")},
+        baselines={r: {"mean": {"sharpe": 0.0}} for r in RULES}, rule_choice={},
+        rule_grid={x: {} for x in labels}, rule_grid_net={x: nets for x in labels}, periods_per_year=252.0)
 
-    def too_short(*a, **k):
-        return panel_interval([np.zeros(10)], None, 252.0, independent_series=True)  # the real error: < 20 bars
 
-    monkeypatch.setattr(evidence, "evidence_block", too_short)
+def test_a_segment_too_short_for_the_statistics_leaves_the_report_with_the_reason(capsys):
     report = {"summary": {"sharpe": 0.1}, "data": {"source": "synthetic"}}
-    evidence.add_evidence(report, {}, ["validation", "test"], None)
+    add_evidence(report, {"validation": short_walk("validation"), "test": short_walk("test")},
+                 ["validation", "test"], None)
     assert report["evidence"]["value"] is None
     assert "a[0][0]: expected a 1-D array of at least 20 finite per-bar returns" in report["evidence"]["reason"]
     assert report["summary"]["test_sharpe_ci95"] is None and report["summary"]["sharpe"] == 0.1
@@ -113,9 +122,23 @@ def test_a_segment_too_short_for_the_statistics_leaves_the_report_with_the_reaso
     assert "warning: no evidence for this evaluation" in capsys.readouterr().err
 
 
-def test_oracle_and_efficiency_intervals_over_independent_series():
-    from rl_zerosync.evaluation.evidence import oracle_intervals
+def test_rule_variants_are_the_ones_walked_and_a_missing_walk_is_named():
+    walk = short_walk("test", bars=64, labels=("buy_and_hold", "momentum(4,0)", "momentum(8,0)"))
+    assert list(variant_nets(walk)) == ["buy_and_hold", "momentum(4,0)", "momentum(8,0)"]
+    assert pbo_block([walk, walk], 252.0)["candidates"] == 3
+    other = short_walk("validation", bars=64)
+    with pytest.raises(ValueError, match="results validation\\+test: expected the same rule variants"):
+        pbo_block([other, walk], 252.0)
+    del walk.rule_grid_net["momentum(8,0)"]
+    with pytest.raises(ValueError, match="result 'test': expected the net returns of every rule variant .*"
+                                         "missing 1 \\(first 'momentum\\(8,0\\)'\\)"):
+        variant_nets(walk)
+    walk.rule_grid = {}
+    with pytest.raises(ValueError, match="result 'test': expected the rule variants walked with baselines"):
+        variant_nets(walk)
 
+
+def test_oracle_and_efficiency_intervals_over_independent_series():
     rng = np.random.default_rng(11)
 
     class Result:

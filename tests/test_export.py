@@ -69,7 +69,7 @@ def _fabricate(run_dir: Path, raw: dict, mode: str) -> Path:
     from rl_zerosync.envs import EnvParams
     from rl_zerosync.data import make_market
     from rl_zerosync.envs.gym_twin import observation_space_for
-    from rl_zerosync.evaluation.evaluate import MODULE_PATH
+    from rl_zerosync.rundir.checkpoints import MODULE_PATH
     from rl_zerosync.module import make_module_spec
     from rl_zerosync.config.settings import from_dict
 
@@ -119,8 +119,7 @@ def _reference(module, routing: dict, obs: torch.Tensor, market: torch.Tensor) -
 
 
 def _module(run_dir: Path):
-    from rl_zerosync.rundir.checkpoints import find_checkpoint
-    from rl_zerosync.evaluation.evaluate import load_module
+    from rl_zerosync.rundir.checkpoints import find_checkpoint, load_module
 
     return load_module(find_checkpoint(run_dir, "best"))
 

@@ -1,4 +1,4 @@
-"""The tensor bootstrap (``rl_zerosync.evaluation.resample``) against arch, the reference: the same
+"""The tensor bootstrap (``rl_zerosync.evidence.resample``) against arch, the reference: the same
 indices from the same draws, the same replicated Sharpes and SPA p-values given arch's indices, and
 agreement within Monte-Carlo error with draws of its own (CPU here; the GPU in the gpu-marked test)."""
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pytest
 import torch
 from arch.bootstrap import SPA, StationaryBootstrap
 
-from rl_zerosync.evaluation.evidence import spa_test_panel
-from rl_zerosync.evaluation.resample import (
+from rl_zerosync.evidence.block import spa_test_panel
+from rl_zerosync.evidence.resample import (
     counts_of, generator, kernel_variance, spa_pvalues, stationary_counts, stationary_indices, weighted_sharpes)
 
 

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from scipy import integrate, signal, stats
 
-from rl_zerosync.evaluation.metrics import sharpe_ratio
-from rl_zerosync.evaluation.overfitting import (
+from rl_zerosync.evidence.overfitting import (
     EULER_MASCHERONI, deflated_sharpe_ratio, dsr_from_moments, expected_max_sharpe, pbo_cscv,
     probabilistic_sharpe_ratio, psr_from_moments, spa_test)
-from rl_zerosync.evaluation.significance import (
+from rl_zerosync.evidence.sharpe import sharpe_ratio
+from rl_zerosync.evidence.significance import (
     multi_series_sharpe_interval, paired_difference_interval, sharpe_interval, sharpe_power_check,
     sharpe_standard_error)
 
@@ -244,7 +244,7 @@ def test_spa_fft_kernel_matches_arch(block):
     loss differentials) to float64 rounding (AR(1) candidates, 3,000 bars, so arch's full O(t^2) sum is still quick)."""
     from arch.bootstrap import SPA
 
-    from rl_zerosync.evaluation.overfitting import KernelSPA
+    from rl_zerosync.evidence.overfitting import KernelSPA
 
     rng = np.random.default_rng(4)
     bench = ar1_returns(rng, 3000, 0.3, 0.0)
@@ -286,7 +286,7 @@ def test_pbo_samples_splits_deterministically_when_too_many():
 
 
 def test_pbo_sharpes_match_the_project_definition():
-    """The split Sharpes come from block sums; they equal metrics.sharpe_ratio on the split's bars."""
+    """The split Sharpes come from block sums; they equal sharpe.sharpe_ratio on the split's bars."""
     x = np.random.default_rng(12).standard_normal((120, 3)) * 0.01 + 0.01  # a large mean: cancellation check
     res = pbo_cscv(x, P, n_blocks=4)
     # The first split (in lexicographic order) is blocks (0, 1) in sample: bars 0..59.

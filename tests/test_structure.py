@@ -202,9 +202,14 @@ def test_no_import_cycles_counting_lazy_imports():
 TOP_LEVEL_MODULES = frozenset({"__init__", "__main__", "actions", "algorithm", "cli", "module", "presets"})
 """The only modules at the top of the package: the action layout, the DQN presets, the CLI and the
 classes RLlib pickles into checkpoints by their module path (``algorithm``, ``module``)."""
-ROOMS = frozenset({"config", "data", "env_runner", "envs", "evaluation", "kernels", "learner", "population", "run",
-                   "rundir", "serving"})
+ROOMS = frozenset({"config", "data", "env_runner", "envs", "evaluation", "evidence", "kernels", "learner", "population",
+                   "run", "rundir", "serving"})
 """The folders of the package, one role each (``docs/ARCHITECTURE.md`` opens with the map)."""
+FLOORS = (("actions", "data"), ("presets", "kernels"), ("envs",), ("env_runner",), ("module",), ("learner",),
+          ("algorithm",), ("rundir",), ("config",), ("evidence",), ("evaluation",), ("serving", "run"),
+          ("population",), ("cli",), ("__main__", PACKAGE))
+"""The rooms from the bottom up (the floors table of ``docs/ARCHITECTURE.md``; ``__main__`` and the
+package's ``__init__`` over ``cli``): a room imports only from the floors below its own."""
 
 
 def room_of(module: str) -> str:
@@ -237,6 +242,55 @@ def test_imports_between_folders_run_one_way():
     """No circle between rooms either (lazy imports counted): the folders stack up in floors."""
     cycles = find_cycles(room_graph(import_graph(lazy=True)))
     assert not cycles, "import circles between folders:\n" + "\n".join("  " + " -> ".join(c) for c in cycles)
+
+
+def floor_of(room: str) -> int:
+    return next(i for i, floor in enumerate(FLOORS) if room in floor)
+
+
+def upward_imports(rooms: Dict[str, Set[str]]) -> List[str]:
+    """``a -> b`` for every room ``a`` that imports a room ``b`` on its own floor or above."""
+    return [f"{a} (floor {floor_of(a)}) -> {b} (floor {floor_of(b)})"
+            for a in sorted(rooms) for b in sorted(rooms[a]) if floor_of(b) >= floor_of(a)]
+
+
+def test_every_room_has_one_floor():
+    placed = [room for floor in FLOORS for room in floor]
+    expected = ROOMS | (TOP_LEVEL_MODULES - {"__init__"}) | {PACKAGE}
+    assert len(placed) == len(set(placed)) and set(placed) == expected, \
+        f"FLOORS: unplaced {sorted(expected - set(placed))}, unknown {sorted(set(placed) - expected)}"
+
+
+def test_imports_run_down_the_floors():
+    """Lazy imports counted: e.g. ``evidence`` (the statistics) never imports ``evaluation`` (the walks)."""
+    assert upward_imports({"evidence": {"data", "rundir"}, "rundir": {"learner"}}) == []
+    assert upward_imports({"evidence": {"evaluation"}}) == ["evidence (floor 9) -> evaluation (floor 10)"]
+    found = upward_imports(room_graph(import_graph(lazy=True)))
+    assert not found, "imports up or across the floors (docs/ARCHITECTURE.md):\n" + "\n".join("  " + f for f in found)
+
+
+KNOWN_PRIVATE_IMPORTS = frozenset({("rl_zerosync.population.drive", "_Interrupt"),
+                                   ("rl_zerosync.run.preflight", "_torch_cuda_reason")})
+"""Private names still imported from another room (to be made public); nothing new may join them."""
+
+
+def private_imports() -> List[tuple]:
+    """``(module, name, source)`` of every ``from rl_zerosync.x import _name`` whose source is in another room."""
+    found = []
+    for name, path in _modules().items():
+        for node in _imports(ast.parse(path.read_text(), filename=str(path)), lazy=True):
+            if isinstance(node, ast.ImportFrom) and node.module and room_of(node.module) != room_of(name) \
+                    and node.module.startswith(PACKAGE + "."):
+                found += [(name, a.name, node.module) for a in node.names
+                          if a.name.startswith("_") and not a.name.startswith("__")]
+    return found
+
+
+def test_rooms_import_only_public_names_of_other_rooms():
+    """e.g. ``serving`` cleans live bars with ``data.loaders.clean_bars``, not a private helper."""
+    found = [f"{m} imports {n} from {src}" for m, n, src in private_imports() if (m, n) not in KNOWN_PRIVATE_IMPORTS]
+    assert not found, "private names imported across rooms (make them public):\n" + "\n".join(found)
+    assert {(m, n) for m, n, _ in private_imports()} >= KNOWN_PRIVATE_IMPORTS, "a known one was fixed: drop it"
 
 
 def test_top_level_holds_only_the_listed_modules_and_folders():

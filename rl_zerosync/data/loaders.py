@@ -99,12 +99,12 @@ def load_market(
         frame = _read(str(path), fmt)
         for asset, part in _assets(str(path), frame, asset_column):
             where = f"file {path}" + (f", asset {asset!r}" if asset_column else "")
-            cols = _resolve_columns(where, part, columns or {})
+            cols = resolve_columns(where, part, columns or {})
             if "timestamp" not in cols and unnamed_dates(part):  # read without them, the bars would have no dates
                 raise ValueError(unnamed_timestamp_error(where, part.columns))
-            prices, (spread, source), ts = _clean(where, part, cols, features, spread_source, spread_bps,
-                                                  cs_window, min_spread_bps, timestamp_format, dayfirst,
-                                                  timestamp_unit, max_spread_bps=max_spread_bps)
+            prices, (spread, source), ts = clean_bars(where, part, cols, features, spread_source, spread_bps,
+                                                      cs_window, min_spread_bps, timestamp_format, dayfirst,
+                                                      timestamp_unit, max_spread_bps=max_spread_bps)
             close = prices["close"]
             bar_prices.append(prices)
             if "timestamp" in cols:
@@ -317,7 +317,10 @@ def _assets(path: str, frame, asset_column: str | None):
     return [(asset, part) for asset, part in frame.groupby(asset_column, sort=False)]
 
 
-def _resolve_columns(where: str, frame, mapping: Mapping[str, str]) -> dict[str, str]:
+def resolve_columns(where: str, frame, mapping: Mapping[str, str]) -> dict[str, str]:
+    """Data key (``close``, ``timestamp``, ...) -> the column of ``frame`` holding it: the
+    ``data.columns`` mapping first, else the usual names; a frame without a close column is a
+    ``ValueError`` naming ``where`` and the columns found."""
     lower = {str(c).lower(): c for c in frame.columns}
     cols: dict[str, str] = {}
     for key in COLUMN_KEYS:
@@ -336,8 +339,12 @@ def _resolve_columns(where: str, frame, mapping: Mapping[str, str]) -> dict[str,
     return cols
 
 
-def _clean(where, frame, cols, features, spread_source, spread_bps, cs_window, min_spread_bps,
-           timestamp_format, dayfirst, timestamp_unit=None, *, max_spread_bps=None):
+def clean_bars(where, frame, cols, features, spread_source, spread_bps, cs_window, min_spread_bps,
+               timestamp_format, dayfirst, timestamp_unit=None, *, max_spread_bps=None):
+    """``(prices, (relative spread, its source), timestamps)`` of one asset's bars: every price
+    column checked finite and > 0 (low <= high, bid <= ask, OHLC consistent), the timestamps parsed,
+    the spread estimated as ``spread_source`` says and capped at ``max_spread_bps``. What training
+    data goes through, and what :meth:`rl_zerosync.serving.policy.Policy.act` applies to live bars."""
     rows = frame.index.to_numpy()
     if len(frame) < features.warmup + 2:
         raise ValueError(

@@ -7,7 +7,7 @@ rules at their variants chosen on validation (the report's "best rule").
 
 **The rule** (:func:`decide`). On the validation segment, ``edge`` = agent - baseline: the mean over
 series of per-series annualized Sharpe differences (paired, the same bars), with its calibrated 95%
-interval (:func:`~rl_zerosync.evaluation.calibrated.panel_interval`: independent held-out series as
+interval (:func:`~rl_zerosync.evidence.calibrated.panel_interval`: independent held-out series as
 whole clusters, series on one calendar (file data) by bar blocks). The agent is deployed only when
 ``edge > margin`` and the interval's lower bound ``> margin``; otherwise the baseline is deployed.
 :data:`DEFAULT_MARGIN` is 0.0 Sharpe: the agent must beat the best baseline on validation beyond
@@ -36,7 +36,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from rl_zerosync.evaluation.calibrated import panel_interval
+from rl_zerosync.evidence.calibrated import panel_interval
 
 DEFAULT_MARGIN = 0.0
 """Sharpe (annualized) by which the agent must beat the best baseline on validation, point estimate and

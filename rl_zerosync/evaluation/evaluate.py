@@ -84,24 +84,8 @@ import torch
 import yaml
 
 
-MODULE_PATH = Path("learner_group") / "learner" / "rl_module" / "default_policy"
 OWN_DATA_CHANGED = ("the run's validation and test segments are cut from the recorded file; evaluate the file as "
                     "it is now with --data FILE (other data: its overlap with the recorded training period is checked)")
-
-
-def load_module(ckpt: Path):
-    """The trained Q module of a checkpoint, on the CPU, in eval mode (RLlib's repeated notices while
-    it loads quieted for the call: :func:`rl_zerosync.rundir.ray_notices.notices_quieted`)."""
-    from ray.rllib.core.rl_module.rl_module import RLModule
-
-    from rl_zerosync.rundir.ray_notices import notices_quieted
-
-    path = ckpt / MODULE_PATH
-    if not path.is_dir():
-        raise FileNotFoundError(f"{ckpt}: no RLModule at {MODULE_PATH}")
-    with notices_quieted():
-        module = RLModule.from_checkpoint(str(path.resolve()))
-    return module.to("cpu").eval()
 
 
 def greedy_policy(module):
@@ -314,7 +298,7 @@ def evaluate_walked(ev: "_Evaluation", walked: Walked) -> dict[str, Any]:
 def _evaluate_loaded(ev: "_Evaluation", data: str | None, steps, walked: Walked | None = None) -> dict[str, Any]:
     """:func:`evaluate_checkpoint` once the checkpoint is loaded: every step after the first (``walked``:
     the segments walked already, :func:`evaluate_walked`)."""
-    from rl_zerosync.evaluation.evidence import add_evidence
+    from rl_zerosync.evaluation.evidence_report import add_evidence
     from rl_zerosync.evaluation.eval_dir import record_in_run, written_whole
     from rl_zerosync.evaluation.sensitivity import execution_line
     from rl_zerosync.evaluation.verdict import verdict
@@ -414,7 +398,7 @@ def _load(checkpoint: str | Path, data: str | None, out_dir: str | Path | None, 
           device: str | None, overrides: list[str] | None, ensemble: Sequence[str | Path] = ()) -> _Evaluation:
     """Check the overrides and the checkpoint, read its settings, load its module (on ``device``)
     and make the output directory; every bad input fails here, before any walk."""
-    from rl_zerosync.rundir.checkpoints import SETTINGS_FILE, read_run_state, verified_checkpoint
+    from rl_zerosync.rundir.checkpoints import SETTINGS_FILE, load_module, read_run_state, verified_checkpoint
     from rl_zerosync.envs import EnvParams
     from rl_zerosync.envs.params import with_recorded_lag
     from rl_zerosync.data.data_settings import check_data_keys

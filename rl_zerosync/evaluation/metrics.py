@@ -10,7 +10,8 @@ metric                        formula
 ``total_return``              ``E_n - 1``
 ``annualized_return``         ``E_n ** (P / n) - 1`` (``-1`` when ``E_n <= 0``)
 ``annualized_volatility``     ``std(r, ddof=1) * sqrt(P)``
-``sharpe``                    ``mean(r) / std(r, ddof=1) * sqrt(P)`` (0 when the std is 0 or n < 2)
+``sharpe``                    ``mean(r) / std(r, ddof=1) * sqrt(P)`` (0 when the std is 0 or n < 2;
+                              :func:`rl_zerosync.evidence.sharpe.sharpe_ratio`)
 ``sortino``                   ``mean(r) / sqrt(mean(min(r, 0)**2)) * sqrt(P)`` (0 when no r < 0)
 ``max_drawdown``              ``max_i (1 - E_i / max_{j <= i} E_j)`` over ``i = 0..n``
 ``calmar``                    ``annualized_return / max_drawdown`` (0 when max_drawdown is 0)
@@ -30,6 +31,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from rl_zerosync.evidence.sharpe import sharpe_ratio
+
 ORDER_NAMES = ("market", "limit", "passive")
 
 
@@ -46,14 +49,6 @@ def max_drawdown(equity: np.ndarray) -> float:
     with np.errstate(divide="ignore", invalid="ignore"):
         dd = np.where(peak > 0, 1.0 - e / peak, 1.0)
     return float(dd.max()) if dd.size else 0.0
-
-
-def sharpe_ratio(net_returns: np.ndarray, periods_per_year: float) -> float:
-    r = np.asarray(net_returns, dtype=np.float64)
-    if r.size < 2:
-        return 0.0
-    sd = r.std(ddof=1)
-    return float(r.mean() / sd * math.sqrt(periods_per_year)) if sd > 0 else 0.0
 
 
 def sortino_ratio(net_returns: np.ndarray, periods_per_year: float) -> float:

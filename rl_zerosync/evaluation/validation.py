@@ -33,7 +33,7 @@ SPLIT_WARMUP = 64
 """...each starting flat this many bars early (see :class:`~rl_zerosync.evaluation.walk.SegmentWalk`)."""
 NETS_KEY = "_validation_nets"
 """A pass's per-asset net returns in its metrics (taken out before logging, kept in the run directory:
-:func:`rl_zerosync.evaluation.evidence.save_validation_returns`)."""
+:func:`rl_zerosync.evidence.block.save_validation_returns`)."""
 LOGGED = ("sharpe", "total_return", "max_drawdown", "turnover_per_bar")
 """Mean-over-assets metrics logged per validation pass (agent and each rule)."""
 

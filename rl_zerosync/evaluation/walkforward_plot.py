@@ -4,7 +4,7 @@ with its 95% interval beside buy-and-hold's and the rule chosen on the fold's va
 folds (the folds' test segments are adjacent: the stitched out-of-sample period).
 
 :func:`plot_walk_forward` reads only the walk's report (``walk_forward.json``'s content) and each
-fold's ``evaluation/returns_test.npz`` (:func:`rl_zerosync.evaluation.evidence.read_returns`): the
+fold's ``evaluation/returns_test.npz`` (:func:`rl_zerosync.evaluation.evidence_report.read_returns`): the
 chained curves are the equal-weight portfolio of the fold's assets, bar by bar, compounded over the
 folds in order (one curve per seed for the agent). A fold without its returns file is chained from
 its summary's ``total_return`` instead (one point per fold end, said in the legend). Agg backend, no
@@ -27,7 +27,7 @@ MAX_POINTS = 2000
 def _fold_returns(fold: Mapping[str, Any]) -> dict[str, np.ndarray] | None:
     """One fold's per-bar test returns of the equal-weight portfolio of its assets (agent, rule
     chosen on validation, buy-and-hold); None without its returns file."""
-    from rl_zerosync.evaluation.evidence import read_returns
+    from rl_zerosync.evaluation.evidence_report import read_returns
 
     try:
         r = read_returns(Path(fold["run_dir"]) / "evaluation")

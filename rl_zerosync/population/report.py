@@ -65,8 +65,9 @@ def _population_evidence(parent: Path, eval_dir: Path, members: int, extra: int 
     beside the single best, each counted as one more independent trial)."""
     import numpy as np
 
-    from rl_zerosync.evaluation.calibrated import effective_trials
-    from rl_zerosync.evaluation.evidence import checkpoint_history, pooled_evidence, read_returns, validation_passes
+    from rl_zerosync.evaluation.evidence_report import read_returns
+    from rl_zerosync.evidence.block import checkpoint_history, pooled_evidence, validation_passes
+    from rl_zerosync.evidence.calibrated import effective_trials
     from rl_zerosync.population.members import member_dir
 
     try:
@@ -90,7 +91,7 @@ def _population_evidence(parent: Path, eval_dir: Path, members: int, extra: int 
 
 def _points(pop: PopulationSettings, rows: Sequence[dict], parent: Path) -> list[dict[str, Any]]:
     """Per hyperparameter point: its members and, when evaluated, the mean and spread over seeds."""
-    from rl_zerosync.evaluation.evidence import read_returns
+    from rl_zerosync.evaluation.evidence_report import read_returns
     from rl_zerosync.population.members import member_dir
     from rl_zerosync.run.seeds import seed_record, summarize
 

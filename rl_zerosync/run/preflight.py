@@ -256,10 +256,10 @@ def _check_data(settings, *, segments: bool = True) -> tuple[dict[str, Any], flo
 def check_power(segments: Mapping[str, Any], periods_per_year: float, *, log: bool = True) -> dict[str, Any]:
     """Per evaluated segment of :func:`check_data`'s report (``validation``, ``test``) the standard error
     of an annualized Sharpe over its tradable bars pooled over assets
-    (:func:`rl_zerosync.evaluation.significance.sharpe_standard_error`) and whether it can tell Sharpe 1
+    (:func:`rl_zerosync.evidence.significance.sharpe_standard_error`) and whether it can tell Sharpe 1
     from 0; ``warning``: validation's one-line message when it cannot (also on stderr), else None.
     Printed as one line with ``log``."""
-    from rl_zerosync.evaluation.significance import sharpe_power_check, sharpe_standard_error
+    from rl_zerosync.evidence.significance import sharpe_power_check, sharpe_standard_error
 
     p = periods_per_year
     out: dict[str, Any] = {"warning": None}

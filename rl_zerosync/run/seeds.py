@@ -11,7 +11,7 @@ on validation), and over seeds the mean with, from 5 seeds on, a 95% bootstrap i
 mean (10,000 resamples, percentile; ``<key>_seed_ci95``), below 5 seeds the min..max range
 (``<key>_seed_range``: too few seeds for an interval). ``test_sharpe_ci95`` and
 ``agent_minus_best_rule_ci95`` resample seeds and bars together (the test returns of every seed and
-asset, :func:`rl_zerosync.evaluation.evidence.pooled_evidence`); ``evidence`` adds PSR, DSR and the
+asset, :func:`rl_zerosync.evidence.block.pooled_evidence`); ``evidence`` adds PSR, DSR and the
 trials counted (the rule variants once, every seed's checkpoints compared on validation).
 A selection sweep (``train_seeds(..., test=False)``) never reads the test segment: its seeds.json
 holds validation numbers only.
@@ -122,15 +122,15 @@ def seed_spread(values: Sequence[float]) -> tuple[float, str, list[float]]:
 
 def seeds_evidence(returns: Sequence[dict[str, Any]], seed: int = 0,
                    extra_trials: dict[str, Any] | None = None) -> dict[str, Any]:
-    """:func:`~rl_zerosync.evaluation.evidence.pooled_evidence` over the seeds' test returns (a
+    """:func:`~rl_zerosync.evidence.block.pooled_evidence` over the seeds' test returns (a
     ``[seed][series]`` panel; ``returns``: one :func:`read_returns` per seed): independent series drawn
     as clusters with the seeds crossed, series on one calendar by bars. The DSR is the mean of the
     seeds' selected validation Sharpes against the mean of their expected best (each seed selected
     among its own checkpoints), with the calibrated standard error of that mean (the seeds' validation
     returns, the same panel design). ``extra_trials`` (``n``, ``counted``): trials made before these
     runs that chose their config (e.g. a validation sweep), added to every seed's count."""
-    from rl_zerosync.evaluation.calibrated import panel_interval
-    from rl_zerosync.evaluation.evidence import pooled_evidence
+    from rl_zerosync.evidence.block import pooled_evidence
+    from rl_zerosync.evidence.calibrated import panel_interval
 
     first = returns[0]
     selections = [dict(r["trials"]) for r in returns]
@@ -295,7 +295,7 @@ def train_seeds(config: str, overrides: Sequence[str], seeds: Sequence[int], *, 
                               f"best_validation_sharpe_{kind}": spread, "test_read": False}, **run_as}
         report["path"] = str(write_json_atomic(parent / "seeds.json", report))
         return report
-    from rl_zerosync.evaluation.evidence import read_returns
+    from rl_zerosync.evaluation.evidence_report import read_returns
 
     per_seed = {s: {**seed_record(dirs[s]), "wall_s": walls[s]} for s in seeds}
     returns = [read_returns(dirs[s] / "evaluation") for s in seeds]

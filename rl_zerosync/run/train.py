@@ -258,7 +258,7 @@ class TrainLoop:
             ev = validation if validation is not None else self.validator.validate(algo)
             nets = ev.pop("_validation_nets", None)  # evaluation.validation.NETS_KEY
             if nets is not None:  # the checkpoint candidates' returns: the evidence's trials and agent PBO
-                from rl_zerosync.evaluation.evidence import save_validation_returns
+                from rl_zerosync.evidence.block import save_validation_returns
 
                 save_validation_returns(run_dir.path, it, nets)
             if selection.update(it, ev):

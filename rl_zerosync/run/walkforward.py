@@ -286,7 +286,8 @@ def _json_default(x: Any) -> Any:
 def walk_forward_evidence(folds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The pooled evidence of finished folds (see the module doc); folds without their per-bar test
     returns (``returns_test.npz`` beside ``metrics.json``) give ``{"value": None, "reason": ...}``."""
-    from rl_zerosync.evaluation.evidence import pooled_evidence, read_returns
+    from rl_zerosync.evaluation.evidence_report import read_returns
+    from rl_zerosync.evidence.block import pooled_evidence
 
     by_seed: dict[Any, list[dict[str, Any]]] = {}
     try:

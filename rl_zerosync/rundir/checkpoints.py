@@ -1,5 +1,6 @@
-"""Checkpoints of a run directory: where they are, their manifests and rotation, and whether they are
-whole. Saving one, finding the one to resume from and setting damaged ones aside belong to the run
+"""Checkpoints of a run directory: where they are, their manifests and rotation, whether they are
+whole, and the trained Q module inside one (:func:`load_module`, :data:`MODULE_PATH`: what evaluation,
+export and serving load). Saving one, finding the one to resume from and setting damaged ones aside belong to the run
 directory (:class:`~rl_zerosync.rundir.run_dir.RunDir`).
 
 Layout of a run directory ``<run.dir>/<run.name>/``::
@@ -40,6 +41,8 @@ KEEP_LAST = 2
 (The default of a future ``run.keep_checkpoints`` setting.)"""
 MARKER = "rllib_checkpoint.json"
 """The file that makes a directory a (complete or damaged) RLlib checkpoint."""
+MODULE_PATH = Path("learner_group") / "learner" / "rl_module" / "default_policy"
+"""Inside a checkpoint: the trained Q module (RLlib's RLModule checkpoint of the default policy)."""
 
 _CHUNK = 1 << 20
 
@@ -226,6 +229,21 @@ def read_run_state(ckpt: Path) -> dict:
     """The training-loop state saved with a checkpoint (``{}`` for checkpoints without one)."""
     f = Path(ckpt) / RUN_STATE_FILE
     return json.loads(f.read_text()) if f.is_file() else {}  # host read: checkpoint metadata
+
+
+def load_module(ckpt: str | Path):
+    """The trained Q module of a checkpoint, on the CPU, in eval mode (RLlib's repeated notices while
+    it loads quieted for the call: :func:`rl_zerosync.rundir.ray_notices.notices_quieted`)."""
+    from ray.rllib.core.rl_module.rl_module import RLModule
+
+    from rl_zerosync.rundir.ray_notices import notices_quieted
+
+    path = Path(ckpt) / MODULE_PATH
+    if not path.is_dir():
+        raise FileNotFoundError(f"{ckpt}: no RLModule at {MODULE_PATH}")
+    with notices_quieted():
+        module = RLModule.from_checkpoint(str(path.resolve()))
+    return module.to("cpu").eval()
 
 
 def checkpoint_iteration(ckpt: Path) -> int | None:

@@ -4,7 +4,7 @@ is logged once at debug level (logger ``rl_zerosync.ray_notices``) instead of as
 Only :func:`quiet_ray_notices` installs anything for good, and only the CLI and the training loop's
 Ray start call it: importing the library changes no logging for users. The Python API's own calls
 that make RLlib log them (loading a checkpoint's module,
-:func:`rl_zerosync.evaluation.evaluate.load_module`, behind ``evaluate_checkpoint``, ``export_policy``
+:func:`rl_zerosync.rundir.checkpoints.load_module`, behind ``evaluate_checkpoint``, ``export_policy``
 and ``Policy.from_checkpoint``) run inside :func:`notices_quieted`, which installs the same filters
 for the call only. What is quieted (logger -> message): ``ray._common.deprecation`` (RLlib's deprecation warnings, e.g. ``RLModule(config=...)``),
 ``ray.rllib.algorithms.algorithm_config`` ("You are running ... on the new API stack"),

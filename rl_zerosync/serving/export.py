@@ -194,8 +194,7 @@ def load_checkpoint_policy(checkpoint: str | Path, which: str = "best") -> tuple
     The checkpoint is found and verified against its manifest as ``evaluate`` does
     (:func:`~rl_zerosync.rundir.checkpoints.verified_checkpoint`: ``CheckpointError`` naming a damaged file,
     ``FileNotFoundError`` when there is none)."""
-    from rl_zerosync.rundir.checkpoints import SETTINGS_FILE, read_run_state, verified_checkpoint
-    from rl_zerosync.evaluation.evaluate import load_module
+    from rl_zerosync.rundir.checkpoints import SETTINGS_FILE, load_module, read_run_state, verified_checkpoint
 
     ckpt = verified_checkpoint(checkpoint, which)
     settings = yaml.safe_load((ckpt / SETTINGS_FILE).read_text())

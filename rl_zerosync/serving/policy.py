@@ -203,7 +203,7 @@ class Policy:
 
     def _prices(self, bars: Any) -> tuple[np.ndarray, np.ndarray]:
         """(close, relative spread) of ``bars`` through the loaders' cleaning and spread estimation."""
-        from rl_zerosync.data.loaders import _clean, _resolve_columns
+        from rl_zerosync.data.loaders import clean_bars, resolve_columns
         from rl_zerosync.data.market import check_log_returns
 
         frame = _frame(bars)
@@ -213,14 +213,12 @@ class Policy:
                 f"{self.features.warmup}, env.window {self.window}) + 2); {self.recommended_bars} or more "
                 "give the training features exactly")
         d = self.data_settings
-        cols = _resolve_columns("bars", frame, d.get("columns") or {})
-        # private loader helpers: the very cleaning and spread maths the training data went through
-        prices, spread, _ = _clean("bars", frame, cols, self.features, d["spread_source"], d["spread_bps"],
-                                   d["cs_window"], d["min_spread_bps"], d["timestamp_format"], d["dayfirst"],
-                                   max_spread_bps=d.get("max_spread_bps"))
+        cols = resolve_columns("bars", frame, d.get("columns") or {})
+        # the loaders' own functions: the very cleaning and spread maths the training data went through
+        prices, (spread, _), _ = clean_bars("bars", frame, cols, self.features, d["spread_source"], d["spread_bps"],
+                                            d["cs_window"], d["min_spread_bps"], d["timestamp_format"],
+                                            d["dayfirst"], max_spread_bps=d.get("max_spread_bps"))
         close = prices["close"]
-        if isinstance(spread, tuple):  # (spread, the source used) from newer loaders
-            spread = spread[0]
         check_log_returns(f"bars, column {cols['close']!r}", close, d.get("max_abs_log_return"),
                           labels=frame.index.to_numpy(), unit="row")
         return close, spread

@@ -1,6 +1,6 @@
 """How much of a Sharpe ratio is sample noise: bootstrap intervals and the power of a segment.
 
-Every Sharpe here is the project's (:func:`rl_zerosync.evaluation.metrics.sharpe_ratio`): per-bar net
+Every Sharpe here is the project's (:func:`rl_zerosync.evidence.sharpe.sharpe_ratio`): per-bar net
 returns ``r_1..r_n``, ``SR = mean(r) / std(r, ddof=1) * sqrt(P)`` with ``P = periods_per_year``
 (0 when the std is 0).
 
@@ -19,7 +19,7 @@ block bootstrap), with the block length of Politis & White (2004, corrected by P
 2009) from :func:`arch.bootstrap.optimal_block_length`, and percentile intervals: the
 ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles of the replicated statistic. Results are
 deterministic under ``seed`` (an int or a :class:`numpy.random.Generator`, handed to arch as ``seed=``).
-Selection-bias tools (PSR, DSR, SPA, PBO) are in :mod:`rl_zerosync.evaluation.overfitting`.
+Selection-bias tools (PSR, DSR, SPA, PBO) are in :mod:`rl_zerosync.evidence.overfitting`.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ import numpy as np
 if TYPE_CHECKING:  # arch (and the matplotlib it imports) only where a bootstrap runs: not at a run's start
     from arch.bootstrap import CircularBlockBootstrap, StationaryBootstrap
 
-from rl_zerosync.evaluation.metrics import sharpe_ratio
+from rl_zerosync.evidence.sharpe import sharpe_ratio
 
 MIN_BARS = 20
 """Fewest bars a bootstrapped series may have."""

@@ -44,10 +44,10 @@ import numpy as np
 import torch
 from scipy import stats
 
-from rl_zerosync.evaluation.overfitting import EULER_MASCHERONI
-from rl_zerosync.evaluation.resample import (
+from rl_zerosync.evidence.overfitting import EULER_MASCHERONI
+from rl_zerosync.evidence.resample import (
     chunks, cluster_counts, generator, stationary_counts, stats_device, weighted_sharpes)
-from rl_zerosync.evaluation.significance import MIN_BARS, check_level, check_periods_per_year, check_reps
+from rl_zerosync.evidence.significance import MIN_BARS, check_level, check_periods_per_year, check_reps
 
 MIN_CLUSTERS = 8
 """Fewest independent series resampled as whole clusters; fewer are resampled by bars."""

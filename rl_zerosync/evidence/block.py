@@ -2,13 +2,14 @@
 
 From the walked segments of :func:`rl_zerosync.evaluation.evaluate.evaluate_checkpoint` (the first
 segment chose the rules' variants and, during training, the checkpoint: ``validation``; the last is
-the report's, ``test`` normally), :func:`evidence_block` gives, every statistic from
-:mod:`rl_zerosync.evaluation.calibrated` (intervals calibrated on the market they are used on):
+the report's, ``test`` normally) and the rule chosen on validation, :func:`evidence_block` gives,
+every statistic from :mod:`rl_zerosync.evidence.calibrated` (intervals calibrated on the market they
+are used on):
 
 * ``intervals``: the agent's, each rule's and buy-and-hold's Sharpe on the report segment (the mean
   over series of per-series Sharpes, as ``summary["sharpe"]``) and the paired differences agent -
   best rule (the rule chosen on validation) and agent - buy-and-hold, by
-  :func:`~rl_zerosync.evaluation.calibrated.panel_interval`: independent synthetic series resampled
+  :func:`~rl_zerosync.evidence.calibrated.panel_interval`: independent synthetic series resampled
   as whole clusters, series on one calendar by a block bootstrap over bars with the block rule.
 * ``deflated_sharpe``: the DSR where the selection happened, on the selected checkpoint's
   *validation* Sharpe, against the expected best of the effective number of checkpoints compared on
@@ -16,13 +17,21 @@ the report's, ``test`` normally), :func:`evidence_block` gives, every statistic 
   the calibrated standard error of a validation Sharpe; ``N``, ``V`` and ``E[max]`` reported.
 * ``psr``: ``P[true test Sharpe > 0]`` from the calibrated standard error of the test Sharpe.
 * ``spa``: Hansen's SPA of "some candidate beats the rule chosen on validation": the agent and every
-  other rule variant against it, on the report segment (:mod:`rl_zerosync.evaluation.resample`).
+  other rule variant against it, on the report segment (:mod:`rl_zerosync.evidence.resample`).
 * ``pbo``: probability of backtest overfitting by CSCV over the rule variants and over the agent's
   own selection (its validation passes x validation blocks).
 * ``power``: per segment the calibrated standard error of the agent's Sharpe and whether it can
   tell Sharpe 1 from 0 (``2 * se < 1``).
 
 Every bootstrap is seeded (``seed``), so a report is reproducible on one kind of device.
+
+A walked segment is read duck-typed, as the fields of an
+:class:`~rl_zerosync.evaluation.backtest.EvalResult`: ``records`` (per asset ``net`` and ``position``),
+``baseline_net`` (per walked rule its per-asset net returns), ``rule_grid`` / ``rule_grid_net`` (every
+rule variant walked: its mean metrics / its per-asset net returns), ``rule_choice``, ``timestamps``,
+``segment``, ``periods_per_year`` (and ``oracle``, ``assets`` on synthetic data). The report around the
+block (its summary keys, the returns file, the printed text) is
+:mod:`rl_zerosync.evaluation.evidence_report`'s.
 """
 from __future__ import annotations
 
@@ -33,13 +42,13 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
-from rl_zerosync.evaluation.calibrated import (
+from rl_zerosync.evidence.calibrated import (
     LEVEL, MIN_CLUSTERS, REPS, block_rule, deflated_sharpe, effective_trials, expected_max_z, panel_interval,
     psr_calibrated)
-from rl_zerosync.evaluation.overfitting import pbo_cscv
-from rl_zerosync.evaluation.resample import (
+from rl_zerosync.evidence.overfitting import pbo_cscv
+from rl_zerosync.evidence.resample import (
     chunks, cluster_counts, generator, kernel_variance, spa_pvalues, stationary_counts, stats_device)
-from rl_zerosync.evaluation.rules import TUNED_RULES, variants
+from rl_zerosync.evidence.sharpe import sharpe_ratio
 
 SPA_REPS = 1000
 """Bootstrap replications of the SPA test."""
@@ -77,13 +86,18 @@ def rule_nets(result, rule: str) -> list[np.ndarray]:
 
 
 def variant_nets(result) -> dict[str, list[np.ndarray]]:
-    """Per rule variant label (all of :func:`variants`) the per-asset net returns walked on the segment."""
+    """Per rule variant label (every variant walked on the segment: the keys of ``result.rule_grid``,
+    in their order) the per-asset net returns walked."""
+    labels = list(getattr(result, "rule_grid", None) or {})
+    if not labels:
+        raise ValueError(f"result {result.segment!r}: expected the rule variants walked with baselines "
+                         "(rule_grid), found none")
     grid = getattr(result, "rule_grid_net", None) or {}
-    missing = [x.label for x in variants() if x.label not in grid]
+    missing = [label for label in labels if label not in grid]
     if missing:
         raise ValueError(f"result {result.segment!r}: expected the net returns of every rule variant "
                          f"(walked with baselines), missing {len(missing)} (first {missing[0]!r})")
-    return {x.label: [np.asarray(n, dtype=np.float64) for n in grid[x.label]] for x in variants()}
+    return {label: [np.asarray(n, dtype=np.float64) for n in grid[label]] for label in labels}
 
 
 def pooled(nets: Sequence[np.ndarray]) -> np.ndarray:
@@ -141,7 +155,7 @@ def selection_trials(chooser, run_dir: Path | None, metric: str, seed: int = 0,
                      passes: np.ndarray | None = None) -> dict[str, Any]:
     """The checkpoint selection behind the report: the selected checkpoint's validation Sharpe
     (``chooser``, the validation walk) with its calibrated standard error, and the effective number
-    of checkpoints compared (:func:`~rl_zerosync.evaluation.calibrated.effective_trials` over the
+    of checkpoints compared (:func:`~rl_zerosync.evidence.calibrated.effective_trials` over the
     run's validation passes; without them every pass in ``metrics.jsonl`` counts as independent, the
     conservative count). ``passes``: the candidates' returns when they come from elsewhere (several
     runs' passes side by side)."""
@@ -163,7 +177,7 @@ def selection_trials(chooser, run_dir: Path | None, metric: str, seed: int = 0,
 def deflate(selections: Sequence[Mapping[str, Any]], se_of_mean: float | None = None) -> dict[str, Any]:
     """The DSR of one selection, or of the mean of several selections (seeds, folds, each its own):
     ``Phi((mean SR_sel - mean SR0) / se)`` with ``SR0 = se_trial * E[max of N standard normals]`` per
-    selection (:func:`~rl_zerosync.evaluation.calibrated.deflated_sharpe`: ``V = se_trial**2``, the
+    selection (:func:`~rl_zerosync.evidence.calibrated.deflated_sharpe`: ``V = se_trial**2``, the
     null spread of a validation Sharpe); ``se_of_mean``: the calibrated standard error of the mean of
     the selected Sharpes (one selection: its own)."""
     if len(selections) == 1 and se_of_mean is None:
@@ -234,7 +248,7 @@ def spa_block(result, benchmark: str, seed: int = 0) -> dict[str, Any]:
     benchmark)."""
     grid = variant_nets(result)
     chosen = result.rule_choice.get(benchmark, benchmark) if benchmark != "flat" else "flat"
-    labels = ["agent"] + [x.label for x in variants() if x.label != chosen] + (["flat"] if chosen != "flat" else [])
+    labels = ["agent"] + [x for x in grid if x != chosen] + (["flat"] if chosen != "flat" else [])
     cands = [agent_nets(result)] + [grid[x] if x != "flat" else rule_nets(result, "flat") for x in labels[1:]]
     res = spa_test_panel(rule_nets(result, benchmark), cands, labels, independent_series(result), seed=seed,
                          positions=agent_positions(result))
@@ -246,8 +260,11 @@ def spa_block(result, benchmark: str, seed: int = 0) -> dict[str, Any]:
 def pbo_block(results: Sequence[Any], p: float, seed: int = 0) -> dict[str, Any]:
     """PBO by CSCV over the rule variants: candidates x time-blocks of ``results``' segments
     together (in order, assets pooled within each)."""
-    labels = [x.label for x in variants()]
     per = [variant_nets(res) for res in results]
+    labels = list(per[0])
+    if any(list(g) != labels for g in per[1:]):
+        raise ValueError(f"results {'+'.join(res.segment for res in results)}: expected the same rule variants "
+                         "walked on every segment")
     matrix = np.column_stack([np.concatenate([pooled(g[k]) for g in per]) for k in labels])
     segments = "+".join(res.segment for res in results)
     return _pbo(matrix, p, seed, segments, "the rule variants")
@@ -295,10 +312,9 @@ def power_block(se_by_segment: Mapping[str, tuple[float, int]], chooser: str, ta
 def oracle_intervals(result, p: float, seed: int = 0) -> dict[str, Any]:
     """On synthetic data, the oracle reference's mean Sharpe (cluster interval over its per-series
     Sharpes) and the agent's efficiency ``agent / oracle`` with its interval
-    (:func:`~rl_zerosync.evaluation.calibrated.ratio_interval`); ``{}`` without an oracle, and the
+    (:func:`~rl_zerosync.evidence.calibrated.ratio_interval`); ``{}`` without an oracle, and the
     reason instead of an interval when the series are too few or the oracle's mean is not > 0."""
-    from rl_zerosync.evaluation.calibrated import ratio_interval
-    from rl_zerosync.evaluation.metrics import sharpe_ratio
+    from rl_zerosync.evidence.calibrated import ratio_interval
 
     oracle = getattr(result, "oracle", None) or {}
     if not oracle.get("available"):
@@ -317,23 +333,18 @@ def oracle_intervals(result, p: float, seed: int = 0) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------- the block
-def _interval_text(iv: Mapping[str, Any]) -> list[float]:
-    return [iv["low"], iv["high"]]
-
-
-def evidence_block(results: Mapping[str, Any], segments: Sequence[str], run_dir: Path | None, metric: str = "sharpe",
-                   seed: int = 0) -> dict[str, Any]:
-    """The ``evidence`` of a report (module doc). ``results``: segment -> walked
-    :class:`~rl_zerosync.evaluation.backtest.EvalResult`; ``segments[0]`` chose, ``segments[-1]`` is
-    reported; ``run_dir`` holds the run's validation passes (the checkpoints compared)."""
-    from rl_zerosync.evaluation.backtest import best_rule
-
+def evidence_block(results: Mapping[str, Any], segments: Sequence[str], run_dir: Path | None, best: str,
+                   metric: str = "sharpe", seed: int = 0) -> dict[str, Any]:
+    """The ``evidence`` of a report (module doc). ``results``: segment -> walked segment (an
+    :class:`~rl_zerosync.evaluation.backtest.EvalResult`); ``segments[0]`` chose, ``segments[-1]`` is
+    reported; ``run_dir`` holds the run's validation passes (the checkpoints compared); ``best``: the
+    rule chosen on ``segments[0]`` (``flat`` or a key of ``baseline_net``; in an evaluation
+    :func:`rl_zerosync.evaluation.backtest.best_rule`), the benchmark of the paired interval and the SPA."""
     chooser, last = results[segments[0]], results[segments[-1]]
     p = float(last.periods_per_year)
     agent, pos = agent_nets(last), agent_positions(last)
-    best = best_rule(chooser.baselines)
     intervals = {"agent": interval(agent, None, last, p, seed, pos)}
-    for rule in ("buy_and_hold", *TUNED_RULES):
+    for rule in last.baseline_net:  # buy-and-hold and each tuned rule at its variant chosen on validation
         intervals[rule] = interval(rule_nets(last, rule), None, last, p, seed)
     intervals["agent_minus_best_rule"] = {"best_rule": best, **interval(agent, rule_nets(last, best), last, p, seed, pos)}
     intervals["agent_minus_buy_and_hold"] = interval(agent, rule_nets(last, "buy_and_hold"), last, p, seed, pos)
@@ -359,100 +370,12 @@ def evidence_block(results: Mapping[str, Any], segments: Sequence[str], run_dir:
     }
 
 
-def summary_keys(evidence: Mapping[str, Any]) -> dict[str, Any]:
-    """The report summary's share of the evidence: ``test_sharpe_ci95``, ``agent_minus_best_rule_ci95``,
-    ``deflated_sharpe`` with ``dsr_trials``, ``dsr_variance``, ``dsr_expected_max``, ``trials``,
-    ``ci_method`` (and ``psr``, ``pbo``, ``pbo_agent``, ``spa_pvalue``)."""
-    iv, dsr = evidence["intervals"], evidence["deflated_sharpe"]
-    return {"test_sharpe_ci95": _interval_text(iv["agent"]),
-            "agent_minus_best_rule_ci95": _interval_text(iv["agent_minus_best_rule"]),
-            "deflated_sharpe": dsr["value"], "dsr_trials": dsr["trials"], "dsr_variance": dsr["variance"],
-            "dsr_expected_max": dsr["expected_max"], "dsr_sharpe": dsr["sharpe"],
-            "psr": evidence["psr"]["value"],
-            "trials": dsr["trials"],
-            "pbo": evidence["pbo"]["value"],
-            "pbo_agent": evidence.get("pbo_agent", {}).get("value"),
-            "spa_pvalue": evidence["spa"]["pvalue_consistent"],
-            "oracle_sharpe_ci95": _interval_text(iv["oracle"]) if "oracle" in iv else None,
-            "efficiency_ci95": _interval_text(iv["efficiency"]) if iv.get("efficiency", {}).get("estimate") is not None
-            else None,
-            "ci_method": evidence["ci_method"]}
-
-
-SUMMARY_KEYS = ("test_sharpe_ci95", "agent_minus_best_rule_ci95", "deflated_sharpe", "dsr_trials", "dsr_variance",
-                "dsr_expected_max", "dsr_sharpe", "psr", "trials", "pbo", "pbo_agent", "spa_pvalue", "oracle_sharpe_ci95",
-                "efficiency_ci95", "ci_method")
-"""The keys :func:`summary_keys` gives (None when the segment had no evidence)."""
-
-
-def short_text(evidence: Mapping[str, Any]) -> str:
-    """A few words for the printed summary line: the agent's interval, the edge's and the DSR."""
-    iv = evidence["intervals"]
-    a, d = iv["agent"], iv["agent_minus_best_rule"]
-    dsr = evidence["deflated_sharpe"]
-    dsr_txt = (f"DSR {dsr['value']:.2f} (validation Sharpe {dsr['sharpe']:+.2f} vs expected best "
-               f"{dsr['expected_max']:+.2f} of {dsr['trials']:.1f} effective trials)")
-    eff = iv.get("efficiency") or {}
-    eff_txt = (f", efficiency vs the oracle {eff['estimate']:.2f} [{eff['low']:.2f}, {eff['high']:.2f}]"
-               if eff.get("estimate") is not None else "")
-    return (f"95% CI [{a['low']:+.2f}, {a['high']:+.2f}], vs rule chosen on validation ({d['best_rule']}) "
-            f"{d['estimate']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}], {dsr_txt}{eff_txt}")
-
-
-RETURNS_FILE = "returns_{segment}.npz"
-"""Per-bar net returns behind the evidence (agent, rule chosen on validation, buy-and-hold per series,
-the agent's positions and its validation returns, the selection's trials), for pooling over seeds,
-population members and walk-forward folds."""
-_TRIAL_KEYS = ("n", "candidates", "selected_validation_sharpe", "se")
-
-
-def write_returns(out_dir: Path, result, best: str, trials: Mapping[str, Any], chooser) -> Path:
-    """``returns_<segment>.npz`` of ``result`` (:data:`RETURNS_FILE`): per series ``i`` the arrays
-    ``agent_<i>``, ``best_rule_<i>``, ``buy_and_hold_<i>``, ``position_<i>``, per validation series
-    ``validation_<i>`` (the selected checkpoint on ``chooser``), the selection's trials, whether the
-    series are independent and ``periods_per_year``."""
-    arrays: dict[str, np.ndarray] = {}
-    for side, nets in (("agent", agent_nets(result)), ("best_rule", rule_nets(result, best)),
-                       ("buy_and_hold", rule_nets(result, "buy_and_hold")), ("position", agent_positions(result)),
-                       ("validation", agent_nets(chooser))):
-        for i, n in enumerate(nets):
-            arrays[f"{side}_{i}"] = np.asarray(n, dtype=np.float64)
-    path = Path(out_dir) / RETURNS_FILE.format(segment=result.segment)
-    np.savez(path, trials=np.array([float(trials[k]) for k in _TRIAL_KEYS]),
-             trials_counted=np.array(str(trials["counted"])), independent=np.array(independent_series(result)),
-             periods_per_year=np.array(float(result.periods_per_year)), **arrays)
-    return path
-
-
-def read_returns(eval_dir: Path, segment: str = "test") -> dict[str, Any]:
-    """What :func:`write_returns` wrote into ``eval_dir``: per side the per-series arrays, the trials."""
-    path = Path(eval_dir) / RETURNS_FILE.format(segment=segment)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no per-bar returns of the {segment} segment (written by evaluate "
-                                "since the evidence block; evaluate the run again)")
-    with np.load(path) as z:
-        if "trials_counted" not in z.files:
-            raise FileNotFoundError(f"{path}: per-bar returns written before the calibrated evidence (no "
-                                    "trials_counted); evaluate the run again")
-        out: dict[str, Any] = {side: [z[f"{side}_{i}"] for i in range(_count(z.files, side))]
-                               for side in ("agent", "best_rule", "buy_and_hold", "position", "validation")}
-        out["trials"] = {**dict(zip(_TRIAL_KEYS, (float(x) for x in z["trials"]))),
-                         "counted": str(z["trials_counted"]), "segment": "validation"}
-        out["independent"] = bool(z["independent"])
-        out["periods_per_year"] = float(z["periods_per_year"])
-    return out
-
-
-def _count(files: Sequence[str], side: str) -> int:
-    return sum(1 for k in files if k.startswith(side + "_") and k[len(side) + 1:].isdigit())
-
-
 def pooled_evidence(agent, best, bench, periods_per_year: float, *, independent: bool,
                     selections: Sequence[Mapping[str, Any]], se_of_mean: float | None = None,
                     positions: Sequence[np.ndarray] | None = None, seed: int = 0) -> dict[str, Any]:
     """Evidence over several runs: ``agent``, ``best``, ``bench`` as ``[seed][series]`` panels (seeds of
     one recipe on the same series; or folds stitched per series), every interval by
-    :func:`~rl_zerosync.evaluation.calibrated.panel_interval`; the DSR of the selections behind them
+    :func:`~rl_zerosync.evidence.calibrated.panel_interval`; the DSR of the selections behind them
     (:func:`deflate`; ``se_of_mean``: the calibrated standard error of their mean validation Sharpe)."""
     p = float(periods_per_year)
     kw = {"independent_series": independent, "seed": seed}
@@ -468,35 +391,3 @@ def pooled_evidence(agent, best, bench, periods_per_year: float, *, independent:
     trials = {"n": dsr["trials"], "selections": len(selections), "counted": dsr["trials_counted"]}
     return {"level": LEVEL, "ci_method": intervals["agent"]["method"], "ci_design": intervals["agent"]["design"],
             "intervals": intervals, "psr": psr, "deflated_sharpe": dsr, "trials": trials}
-
-
-def add_evidence(report: dict, results: Mapping[str, Any], segments: Sequence[str], run_dir: Path | None,
-                 metric: str = "sharpe", out_dir: Path | None = None) -> None:
-    """``report["evidence"]`` (:func:`evidence_block`, with its ``short`` text for the printed line),
-    its :func:`summary_keys` into ``report["summary"]``, and (``out_dir``) the returns behind it
-    (:func:`write_returns`). The power warning stays in ``evidence["power"]["warning"]``.
-
-    A segment the statistics cannot take (e.g. fewer than 20 bars per asset) gives
-    ``evidence = {"value": None, "reason": ...}``, the summary keys None and a warning on stderr;
-    the rest of the report stands."""
-    from rl_zerosync.data.data_settings import heldout_counts
-    from rl_zerosync.evaluation.backtest import best_rule
-    from rl_zerosync.evaluation.deploy import attach_deployment
-    from rl_zerosync.rundir.checkpoints import warn
-
-    report["summary"]["heldout_test_series"] = heldout_counts(report.get("data"))["heldout_test_series"]
-    attach_deployment(report, results, segments, out_dir)  # decided on validation: evaluation/deploy.py
-    try:
-        evidence = evidence_block(results, segments, run_dir, metric)
-    except ValueError as err:
-        report["evidence"] = {"value": None, "reason": f"no evidence for this evaluation: {err}"}
-        report["summary"].update(dict.fromkeys(SUMMARY_KEYS))
-        warn(report["evidence"]["reason"])
-        return
-    evidence["short"] = short_text(evidence)
-    if out_dir is not None:
-        chooser, last = results[segments[0]], results[segments[-1]]
-        path = write_returns(out_dir, last, best_rule(chooser.baselines), evidence["trials"], chooser)
-        report.setdefault("outputs", {})[f"returns_{last.segment}"] = str(path)
-    report["evidence"] = evidence
-    report["summary"].update(summary_keys(evidence))

@@ -13,7 +13,7 @@ function                                      what it gives
 PSR and DSR work in per-bar (non-annualized) Sharpe ratios internally, as the papers do: an
 annualized ``SR`` enters as ``SR / sqrt(P)`` (``P = periods_per_year``), a variance of annualized trial
 Sharpes as ``V / P``; results that are Sharpes are reported annualized again. Sharpe is the project's
-(:func:`rl_zerosync.evaluation.metrics.sharpe_ratio`); skewness and kurtosis are the plain (biased)
+(:func:`rl_zerosync.evidence.sharpe.sharpe_ratio`); skewness and kurtosis are the plain (biased)
 sample moments, kurtosis not in excess (3 for normal returns).
 """
 from __future__ import annotations
@@ -27,8 +27,8 @@ import numpy as np
 from arch.bootstrap import SPA
 from scipy import stats
 
-from rl_zerosync.evaluation.metrics import sharpe_ratio
-from rl_zerosync.evaluation.significance import (
+from rl_zerosync.evidence.sharpe import sharpe_ratio
+from rl_zerosync.evidence.significance import (
     Seed, block_length_for, check_periods_per_year, check_reps, check_returns, make_rng)
 
 EULER_MASCHERONI = 0.5772156649015329
