@@ -208,12 +208,12 @@ def test_a_full_disk_during_an_evaluation_names_the_path_and_keeps_the_previous(
 
     out = tmp_path / "ev"
     with pytest.raises(OSError, match=rf"cannot write the evaluation into {tmp_path}/ev\.tmp: No space left on "
-                                      rf"device; nothing of it was left \({out} not made\)"):
+                                      rf"device \(ENOSPC\); nothing of it was left \({out} not made\)"):
         with written_whole(out, {"checkpoint": "a", "data": None}):
             raise OSError(errno.ENOSPC, "No space left on device")
     with written_whole(out, {"checkpoint": "a", "data": None}) as tmp:
         (tmp / "metrics.json").write_text("{}")
-    with pytest.raises(OSError, match=rf"into {tmp_path}/ev\.tmp/bars_test\.csv: No space left on device; the "
+    with pytest.raises(OSError, match=rf"into {tmp_path}/ev\.tmp/bars_test\.csv: No space left on device \(ENOSPC\); the "
                                       rf"previous {out} is as it was"):
         with written_whole(out, {"checkpoint": "a", "data": None}) as tmp:
             raise OSError(errno.ENOSPC, "No space left on device", str(tmp / "bars_test.csv"))

@@ -258,8 +258,10 @@ def _written_whole(out: Path, marker: dict) -> Iterator[Path]:
         if err.errno not in WRITE_ERRNOS:
             raise
         kept = f"the previous {out} is as it was" if out.exists() else f"nothing of it was left ({out} not made)"
+        from rl_zerosync.rundir.os_errors import reason
+
         raise OSError(err.errno, f"cannot write the evaluation into {err.filename or tmp}: "
-                                 f"{err.strerror or err}; {kept}") from None
+                                 f"{reason(err)}; {kept}") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -516,6 +516,7 @@ def _check_overlap(ev: _Evaluation, results: dict, train_market) -> tuple[dict[s
     """The training-period overlap check (:mod:`rl_zerosync.evaluation.overlap`: by asset and time):
     (``overlap`` of the report, its warnings, each also written to stderr)."""
     from rl_zerosync.rundir.checkpoints import warn
+    from rl_zerosync.rundir.os_errors import os_error_text
 
     from rl_zerosync.data.identity import data_paths, file_identity, read_record
     from rl_zerosync.evaluation.overlap import trained_assets_from_market, trained_assets_from_record, training_overlap
@@ -538,8 +539,9 @@ def _check_overlap(ev: _Evaluation, results: dict, train_market) -> tuple[dict[s
         if overlap["checked"]:
             overlap["training_period_source"] = source
     except (OSError, ValueError) as err:  # the run's training files moved or changed
-        overlap = {"checked": False, "reason": f"the run's training data could not be rebuilt: {err}"}
-        warning = f"could not check the overlap with the run's training period: {err}"
+        text = os_error_text(err) if isinstance(err, OSError) else str(err)
+        overlap = {"checked": False, "reason": f"the run's training data could not be rebuilt: {text}"}
+        warning = f"could not check the overlap with the run's training period: {text}"
     if warning is not None:
         warnings.append(warning)
     for w in warnings:

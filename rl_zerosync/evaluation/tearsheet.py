@@ -65,7 +65,11 @@ def _read_json(path: Path, what: str) -> dict:
         value = json.loads(path.read_text())
     except FileNotFoundError:
         raise ReportError(f"report {path.parent}: no {path.name}; expected {what}") from None
-    except (OSError, ValueError) as err:
+    except OSError as err:
+        from rl_zerosync.rundir.os_errors import reason
+
+        raise ReportError(f"report {path}: unreadable ({reason(err)}); expected {what}") from None
+    except ValueError as err:
         raise ReportError(f"report {path}: unreadable ({err}); expected {what}") from None
     if not isinstance(value, dict):
         raise ReportError(f"report {path}: expected a JSON object ({what})")
