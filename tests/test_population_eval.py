@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -54,7 +55,14 @@ def test_evaluations_in_processes_equal_in_process(tmp_path):
         assert sorted(ra.files) == sorted(rb.files) and all(np.array_equal(ra[f], rb[f]) for f in ra.files)
         assert (b / "evaluation" / "report.png").is_file()
     assert _metrics(here / "member0") != _metrics(here / "member1")
-    lean, _ = _train_and_evaluate(tmp_path / "lean", 1, frozenset({1}))
+    # the pass again over a copy of the same members, member 1 whole and member 0 lean
+    from rl_zerosync.evaluation.population_pass import evaluate_members
+
+    lean = tmp_path / "lean" / "pop"
+    shutil.copytree(here, lean)
+    for k in range(2):
+        shutil.rmtree(lean / f"member{k}" / "evaluation")
+    evaluate_members([lean / "member0", lean / "member1"], ["best", "best"], full=[False, True])
     for k in range(2):
         whole, mine = _metrics(here / f"member{k}"), _metrics(lean / f"member{k}")
         assert mine["segments"]["test"] == whole["segments"]["test"] and mine["evidence"] == whole["evidence"]
