@@ -15,7 +15,9 @@ point at ``rl_zerosync.a.b``; ``from rl_zerosync.a import name`` (``name`` not a
 package ``rl_zerosync.a`` (its ``__init__``); relative imports are resolved against the importing
 module. Importing a submodule also runs its parent packages' ``__init__`` once, but a package importing
 its own submodules is the ordinary layout and works while the package is half initialised, so those
-implicit parent edges are not drawn. Imports under ``if TYPE_CHECKING:`` never run and are skipped.
+implicit parent edges are not drawn. Imports under ``if TYPE_CHECKING:`` never run and are skipped by
+the run-time checks; a type-only import still says one module needs another to be read, so the
+type-only checks count them and forbid circles through them too (between modules and between folders).
 """
 from __future__ import annotations
 
@@ -44,16 +46,17 @@ def _is_type_checking(test: ast.expr) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _imports(tree: ast.AST, lazy: bool) -> Iterator[ast.stmt]:
+def _imports(tree: ast.AST, lazy: bool, type_only: bool = False) -> Iterator[ast.stmt]:
     """Import statements run on import of the module (class bodies included); with ``lazy`` also those
-    inside functions."""
+    inside functions; with ``type_only`` also those under ``if TYPE_CHECKING:``."""
     def visit(node: ast.AST, in_function: bool) -> Iterator[ast.stmt]:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.Import, ast.ImportFrom)):
                 if lazy or not in_function:
                     yield child
             elif isinstance(child, ast.If) and _is_type_checking(child.test):
-                yield from visit(ast.Module(body=child.orelse, type_ignores=[]), in_function)
+                body = child.body + child.orelse if type_only else child.orelse
+                yield from visit(ast.Module(body=body, type_ignores=[]), in_function)
             else:
                 inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
                 yield from visit(child, inner)
@@ -83,14 +86,20 @@ def _targets(module: str, is_package: bool, node: ast.stmt, modules: Dict[str, P
     return out
 
 
-def import_graph(lazy: bool = False) -> Dict[str, Set[str]]:
+def import_graph(lazy: bool = False, type_only: bool = False) -> Dict[str, Set[str]]:
+    """Module -> the package modules it imports (see :func:`_imports` for ``lazy`` and ``type_only``)."""
     modules = _modules()
+    return graph_of({name: path.read_text() for name, path in modules.items()}, modules, lazy, type_only)
+
+
+def graph_of(sources: Dict[str, str], modules: Dict[str, Path], lazy: bool, type_only: bool) -> Dict[str, Set[str]]:
+    """The import graph of the modules whose source is ``sources`` (module name -> source text)."""
     graph: Dict[str, Set[str]] = defaultdict(set)
-    for name, path in modules.items():
-        tree = ast.parse(path.read_text(), filename=str(path))
+    for name, source in sources.items():
+        tree = ast.parse(source, filename=str(modules[name]))
         graph[name]
-        for node in _imports(tree, lazy):
-            for target in _targets(name, path.name == "__init__.py", node, modules):
+        for node in _imports(tree, lazy, type_only):
+            for target in _targets(name, modules[name].name == "__init__.py", node, modules):
                 if target in modules and target != name:
                     graph[name].add(target)
     return dict(graph)
@@ -198,6 +207,30 @@ def test_no_import_cycles_counting_lazy_imports():
     assert not cycles, _report(cycles)
 
 
+def test_type_only_imports_close_a_planted_cycle():
+    """``a`` needs ``b`` only for a type hint and ``b`` imports ``a``: no circle at run time, one counting
+    type-only imports (the shape of ``config/sections.py`` naming ``config/settings.py``'s classes)."""
+    modules = {"rl_zerosync.x.a": Path("a.py"), "rl_zerosync.x.b": Path("b.py"), "rl_zerosync.y.c": Path("c.py")}
+    sources = {"rl_zerosync.x.a": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                  "    from rl_zerosync.x.b import B\nelse:\n    import rl_zerosync.y.c\n",
+               "rl_zerosync.x.b": "from rl_zerosync.x.a import f\n",
+               "rl_zerosync.y.c": "def g():\n    if TYPE_CHECKING:\n        from rl_zerosync.x import b\n"}
+    run_time = graph_of(sources, modules, lazy=True, type_only=False)
+    assert run_time == {"rl_zerosync.x.a": {"rl_zerosync.y.c"}, "rl_zerosync.x.b": {"rl_zerosync.x.a"},
+                        "rl_zerosync.y.c": set()}
+    assert find_cycles(run_time) == [] and find_cycles(room_graph(run_time)) == []
+    typed = graph_of(sources, modules, lazy=True, type_only=True)
+    assert find_cycles(typed) == [["rl_zerosync.x.a", "rl_zerosync.x.b", "rl_zerosync.x.a"]]
+    assert find_cycles(room_graph(typed)) == [["x", "y", "x"]]
+
+
+def test_no_import_cycles_counting_type_only_imports():
+    """Imports under ``if TYPE_CHECKING:`` count too: a type-only import that closes a circle hides it
+    from Python, not from a reader (the fix: import the type from a lower module, or pass what is used)."""
+    cycles = find_cycles(import_graph(lazy=True, type_only=True))
+    assert not cycles, _report(cycles)
+
+
 # ---------------------------------------------------------------- folders by role
 TOP_LEVEL_MODULES = frozenset({"__init__", "__main__", "actions", "algorithm", "cli", "module", "presets"})
 """The only modules at the top of the package: the action layout, the DQN presets, the CLI and the
@@ -242,6 +275,12 @@ def test_imports_between_folders_run_one_way():
     """No circle between rooms either (lazy imports counted): the folders stack up in floors."""
     cycles = find_cycles(room_graph(import_graph(lazy=True)))
     assert not cycles, "import circles between folders:\n" + "\n".join("  " + " -> ".join(c) for c in cycles)
+
+
+def test_imports_between_folders_run_one_way_counting_type_only_imports():
+    cycles = find_cycles(room_graph(import_graph(lazy=True, type_only=True)))
+    assert not cycles, "import circles between folders (type-only imports counted):\n" + "\n".join(
+        "  " + " -> ".join(c) for c in cycles)
 
 
 def floor_of(room: str) -> int:

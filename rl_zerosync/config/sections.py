@@ -13,13 +13,10 @@ import copy
 import dataclasses
 import typing
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Iterator, Mapping, TypeVar
+from typing import Any, Generic, Iterator, Mapping, TypeVar
 
 from rl_zerosync.config.yaml_values import SettingsError, check, epsilon_numbers, numeric_strings, numeric_strings_in
-from rl_zerosync.presets import ALGO_KEYS, LEARNER_KEYS, algo_key_of
-
-if TYPE_CHECKING:
-    from rl_zerosync.config.settings import AlgoSettings, RunSettings
+from rl_zerosync.presets import ALGO_KEYS, LEARNER_KEYS, AlgoSettings, algo_key_of
 
 __all__ = ["DICT_KEYS", "GIVEN_BY", "Section", "build_components", "learner_config", "runner_config"]
 
@@ -60,19 +57,19 @@ GIVEN_BY = {"runner": {"seed": "run.seed", "epsilon": "algo.epsilon"},
 :func:`learner_config`; the runner's epsilon is the config's ``epsilon``), for the docs tables."""
 
 
-def runner_config(given: Mapping, run: RunSettings) -> dict:
-    """``env_config["runner"]``: the runner section, its seed defaulting to ``run.seed``."""
+def runner_config(given: Mapping, seed: int) -> dict:
+    """``env_config["runner"]``: the runner section, its seed defaulting to ``seed`` (the run's ``run.seed``)."""
     out = dict(given)
-    out.setdefault("seed", run.seed)
+    out.setdefault("seed", seed)
     return out
 
 
-def learner_config(given: Mapping, run: RunSettings, algo: AlgoSettings) -> dict:
-    """``learner_config_dict["zerosync"]``: the learner section, its seed defaulting to ``run.seed`` and
+def learner_config(given: Mapping, seed: int, algo: AlgoSettings) -> dict:
+    """``learner_config_dict["zerosync"]``: the learner section, its seed defaulting to ``seed`` (``run.seed``) and
     the learner's ``algo`` keys that DQNConfig lacks (:data:`DICT_KEYS`, e.g. ``weight_decay``) from
     ``algo`` unless only the learner section sets one (``algo`` left at its default)."""
     out = dict(given)
-    out.setdefault("seed", run.seed)
+    out.setdefault("seed", seed)
     for key in DICT_KEYS:
         if getattr(algo, key) != ALGO_KEYS[key].default or key not in out:
             out[key] = getattr(algo, key)
@@ -149,8 +146,9 @@ def _section_error(err: Exception, section: str, src: str) -> SettingsError:
     return SettingsError(f"{src}: {section}: {err}")
 
 
-def build_components(raw: dict, run: RunSettings, algo: AlgoSettings, src: str) -> dict[str, Section]:
-    """The four component sections, each built and checked by its component's class."""
+def build_components(raw: dict, seed: int, algo: AlgoSettings, src: str) -> dict[str, Section]:
+    """The four component sections, each built and checked by its component's class; ``seed`` is
+    ``run.seed``, the runner's and the learner's default seed."""
     from rl_zerosync.env_runner.runner_settings import RunnerSettings
     from rl_zerosync.data.data_settings import DataSettings
     from rl_zerosync.envs.params import EnvParams
@@ -159,8 +157,8 @@ def build_components(raw: dict, run: RunSettings, algo: AlgoSettings, src: str) 
     builders = {
         "data": (DataSettings, DataSettings.from_dict),
         "env": (EnvParams, lambda g: EnvParams(**g)),
-        "runner": (RunnerSettings, lambda g: RunnerSettings(**runner_config(g, run))),
-        "learner": (LearnerSettings, lambda g: LearnerSettings.validated({**learner_config(g, run, algo),
+        "runner": (RunnerSettings, lambda g: RunnerSettings(**runner_config(g, seed))),
+        "learner": (LearnerSettings, lambda g: LearnerSettings.validated({**learner_config(g, seed, algo),
                                                                            **_dqn_fields(algo)})),
     }
     out = {}

@@ -263,7 +263,7 @@ def from_dict(raw: dict, source: str = "<dict>") -> Settings:
     typed = {k: _build_section(cls, sections.get(k, {}), f"{source}: {k}") for k, cls in _TYPED_SECTIONS.items()}
     _validate_run_and_model(typed["run"], typed["model"], source)
     _validate_algo(typed["algo"], source)
-    components = build_components(sections, typed["run"], typed["algo"], source)
+    components = build_components(sections, typed["run"].seed, typed["algo"], source)
     _validate_replay(typed["algo"], components["learner"].typed.replay_capacity, source)
     episode_len = components["env"].typed.episode_len
     check(source, "env.episode_len", episode_len >= MIN_EPISODE_LEN,
@@ -354,14 +354,14 @@ def to_rllib_config(s: Settings):
         if k.rllib is not None:
             calls[k.method][k.rllib] = values[key]
     env_config = {"data": copy.deepcopy(dict(s.data)), "env": copy.deepcopy(dict(s.env)),
-                  "runner": copy.deepcopy(runner_config(s.runner, s.run)), "action_mode": s.model.action_mode}
+                  "runner": copy.deepcopy(runner_config(s.runner, s.run.seed)), "action_mode": s.model.action_mode}
     config = (
         ZeroSyncDQNConfig()
         .environment(ENV_ID_IMPORTABLE, env_config=env_config)
         .env_runners(**calls["env_runners"])
         .fault_tolerance(**calls["fault_tolerance"])
         .learners(**calls["learners"],
-                  learner_config_dict={"zerosync": copy.deepcopy(learner_config(s.learner, s.run, s.algo))})
+                  learner_config_dict={"zerosync": copy.deepcopy(learner_config(s.learner, s.run.seed, s.algo))})
         .training(**calls["training"], dueling=s.model.dueling, grad_clip_by="global_norm")
         .rl_module(model_config={key: copy.deepcopy(getattr(s.model, key)) for key in MODEL_KEYS})
         .debugging(seed=s.run.seed)
