@@ -82,7 +82,7 @@ def rule_target(settings) -> tuple[float, str]:
     from rl_zerosync.data import make_market
     from rl_zerosync.evaluation.backtest import rule_metrics
     from rl_zerosync.evaluation.rules import RuleWalk
-    from rl_zerosync.evaluation.validation import routing_thresholds
+    from rl_zerosync.kernels.route import routing_thresholds
 
     data = make_market(settings.data, "validation")
     grid, _ = rule_metrics(RuleWalk(data, EnvParams.from_dict(settings.env), routing_thresholds(settings.runner)))

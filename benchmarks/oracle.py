@@ -100,7 +100,7 @@ def recorded_agent() -> dict | None:
 def main() -> None:
     from rl_zerosync.envs.params import EnvParams
     from rl_zerosync.evaluation.oracle import BANDS, NUM_VARIANTS, ORACLE_LABEL, SCALES
-    from rl_zerosync.evaluation.validation import routing_thresholds
+    from rl_zerosync.kernels.route import routing_thresholds
 
     args = parser(__doc__, out=results_path("oracle"), quick="data seed 0 only").parse_args()
     out = quick_path("oracle") if args.quick and args.out == results_path("oracle") else args.out

@@ -172,7 +172,7 @@ def buy_and_hold_validation(settings) -> tuple[list[np.ndarray], float]:
     from rl_zerosync.data import make_market
     from rl_zerosync.envs import EnvParams
     from rl_zerosync.evaluation.rules import RuleVariant, RuleWalk
-    from rl_zerosync.evaluation.validation import routing_thresholds
+    from rl_zerosync.kernels.route import routing_thresholds
 
     data = make_market(dict(settings.data), "validation")
     walk = RuleWalk(data, EnvParams.from_dict(settings.env), routing_thresholds(settings.runner),

@@ -16,6 +16,7 @@ from rl_zerosync.env_runner.runner_settings import (
     action_mode_from_model_config,
     normalize_epsilon_schedule,
 )
+from rl_zerosync.kernels.route import ROUTING_DEFAULTS, route, routing_thresholds
 
 
 # ---------------------------------------------------------------------------------------------
@@ -27,6 +28,16 @@ def test_settings_defaults_and_from_env_config():
     assert (s.wide, s.high_vol, s.low_vol) == (1.5, 1.5, 0.75)
     s = RunnerSettings.from_env_config({"runner": {"output": "episodes", "epsilon": 0.1, "seed": 3}})
     assert s.output == "episodes" and s.epsilon == ((0, 0.1),) and s.seed == 3
+
+
+def test_routing_thresholds_are_declared_once():
+    """The runner's routing keys and defaults are the route kernel's, and a runner section's thresholds
+    reach the kernel by those names (other runner keys left out, absent thresholds left to the defaults)."""
+    defaults = RunnerSettings()
+    assert {name: getattr(defaults, name) for name in ROUTING_DEFAULTS} == dict(ROUTING_DEFAULTS)
+    assert {v.name: v.default for v in route.args if v.name in ROUTING_DEFAULTS} == dict(ROUTING_DEFAULTS)
+    assert routing_thresholds({"wide": 2, "seed": 3, "graph": False}) == {"wide": 2.0}
+    assert routing_thresholds(None) == {}
 
 
 @pytest.mark.parametrize(

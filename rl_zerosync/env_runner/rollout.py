@@ -28,7 +28,7 @@ from rl_zerosync.env_runner.epsilon import DeviceEpsilonSchedule
 from rl_zerosync.env_runner.packed import Column, PackedColumns
 from rl_zerosync.envs.protocol import BatchedEnv
 from rl_zerosync.kernels import AsyncReadback, Kernels
-from rl_zerosync.kernels.route import HIGH_VOL, LOW_VOL, WIDE
+from rl_zerosync.kernels.route import ROUTING_DEFAULTS
 
 ROLLOUT_KEYS = (
     "obs", "next_obs", "actions", "factored_actions", "rewards", "terminateds", "truncateds",
@@ -72,9 +72,9 @@ class DeviceRollout:
         num_steps: int,
         epsilon: Union[float, Sequence[Sequence[Union[int, float]]]],
         seed: int,
-        wide: float = WIDE,
-        high_vol: float = HIGH_VOL,
-        low_vol: float = LOW_VOL,
+        wide: float = ROUTING_DEFAULTS["wide"],
+        high_vol: float = ROUTING_DEFAULTS["high_vol"],
+        low_vol: float = ROUTING_DEFAULTS["low_vol"],
         env_step_increment: Optional[int] = None,
     ) -> None:
         if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:

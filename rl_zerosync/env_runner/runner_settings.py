@@ -11,6 +11,7 @@ from typing import Any, Mapping, Optional
 
 from rl_zerosync.actions import ACTION_MODES, DEFAULT_ACTION_MODE
 from rl_zerosync.env_runner.epsilon import EpsilonSchedule, normalize_epsilon_schedule
+from rl_zerosync.kernels.route import ROUTING_DEFAULTS, ROUTING_THRESHOLDS
 from rl_zerosync.presets import check_model_value
 
 __all__ = ["DEVICES", "OUTPUTS", "EpsilonSchedule", "RunnerSettings", "action_mode_from_model_config",
@@ -58,11 +59,11 @@ class RunnerSettings:
     epsilon: Optional[Any] = None
     """An epsilon schedule for the runner alone (same rule as ``algo.epsilon``,
     :func:`~rl_zerosync.env_runner.epsilon.normalize_epsilon_schedule`); None: the config's ``epsilon``."""
-    wide: float = 1.5
+    wide: float = ROUTING_DEFAULTS["wide"]
     """Routing: spread / median spread at or above this is a wide spread; > 0."""
-    high_vol: float = 1.5
+    high_vol: float = ROUTING_DEFAULTS["high_vol"]
     """Routing: vol / median vol at or above this is high volatility; > 0."""
-    low_vol: float = 0.75
+    low_vol: float = ROUTING_DEFAULTS["low_vol"]
     """Routing: vol / median vol at or below this gets LOW urgency; > 0 and <= ``high_vol``."""
 
     def __post_init__(self) -> None:
@@ -82,7 +83,7 @@ class RunnerSettings:
             object.__setattr__(
                 self, "epsilon", normalize_epsilon_schedule(self.epsilon, field="runner.epsilon")
             )
-        for name in ("wide", "high_vol", "low_vol"):
+        for name in ROUTING_THRESHOLDS:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
                 raise ValueError(f"runner.{name} must be a finite number > 0, got {v!r}")

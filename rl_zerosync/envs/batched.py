@@ -17,7 +17,7 @@ from rl_zerosync.envs.episode_stats import EP_INDEX, METRICS_SIZE, metrics_names
 from rl_zerosync.data.data_settings import make_market, regenerate_every
 from rl_zerosync.data.fresh import FreshSeries
 from rl_zerosync.data.market import FeatureConfig, MarketData
-from rl_zerosync.envs.gym_twin import ROUTING_THRESHOLDS
+from rl_zerosync.kernels.route import routing_thresholds
 from rl_zerosync.envs.params import EnvParams
 from rl_zerosync.envs.protocol import BatchedEnv
 
@@ -124,10 +124,9 @@ class BatchedTradingEnv(BatchedEnv):
             data = make_market(data_cfg, split=env_config.get("split", "train"))
         env_cfg = env_config.get("env")
         params = EnvParams.from_dict(env_cfg)
-        runner_cfg = env_config.get("runner") or {}
         return cls(data, params, num_envs, device, seed=None if "seed" in (env_cfg or {}) else seed,
                    env_id_offset=max(worker_index - 1, 0) * num_envs, stagger=params.stagger_start,
-                   routing={k: float(v) for k, v in runner_cfg.items() if k in ROUTING_THRESHOLDS}, fresh=fresh)
+                   routing=routing_thresholds(env_config.get("runner")), fresh=fresh)
 
     @property
     def observation_dim(self) -> int:

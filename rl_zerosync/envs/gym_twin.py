@@ -37,6 +37,7 @@ from rl_zerosync.actions import ACTION_MODES, NUM_ACTIONS, NUM_EXPOSURES
 from rl_zerosync.envs.core import EnvState, init_state, make_tables, observe, reset_state, route_inputs, step_with_info
 from rl_zerosync.data.market import MarketData
 from rl_zerosync.envs.params import EnvParams
+from rl_zerosync.kernels.route import ROUTING_THRESHOLDS
 
 ENV_ID = "rl_zerosync/Trading-v0"
 """The default gymnasium id: the numpy twin (:class:`~rl_zerosync.envs.numpy_twin.NumpyTradingEnv`)."""
@@ -49,8 +50,6 @@ TORCH_ENV_ID_IMPORTABLE = "rl_zerosync.envs:" + TORCH_ENV_ID
 TWIN_ACTION_MODES = tuple(m for m in ACTION_MODES if m != "branching")
 """The action modes of the one-env twins (no branching head)."""
 _KEYS = ("data", "env", "runner", "split", "action_mode", "routing", "env_id")
-ROUTING_THRESHOLDS = ("wide", "high_vol", "low_vol")
-"""Routing threshold keys (of ``RunnerSettings`` / a run's ``runner`` section)."""
 
 
 def parse_env_config(env_config: Mapping[str, Any] | None, kwargs: Mapping[str, Any],

@@ -403,7 +403,7 @@ def _load(checkpoint: str | Path, data: str | None, out_dir: str | Path | None, 
     from rl_zerosync.envs.params import with_recorded_lag
     from rl_zerosync.data.data_settings import check_data_keys
     from rl_zerosync.data.identity import check_unchanged, data_paths, read_record
-    from rl_zerosync.evaluation.validation import routing_thresholds
+    from rl_zerosync.kernels.route import routing_thresholds
 
     from rl_zerosync.evaluation.eval_dir import check_out_dir, check_same_data, default_out_dir
     from rl_zerosync.rundir.lock import check_writable_dir

@@ -22,7 +22,7 @@ import torch
 
 from rl_zerosync.envs import EnvParams
 from rl_zerosync.data import make_market
-from rl_zerosync.envs.gym_twin import ROUTING_THRESHOLDS
+from rl_zerosync.kernels.route import routing_thresholds
 from rl_zerosync.evaluation.backtest import add_baselines, best_rule, cached_rule_metrics, walk_result
 from rl_zerosync.evaluation.rules import RULES
 from rl_zerosync.evaluation.walk import SegmentWalk
@@ -36,11 +36,6 @@ NETS_KEY = "_validation_nets"
 :func:`rl_zerosync.evidence.block.save_validation_returns`)."""
 LOGGED = ("sharpe", "total_return", "max_drawdown", "turnover_per_bar")
 """Mean-over-assets metrics logged per validation pass (agent and each rule)."""
-
-
-def routing_thresholds(runner_cfg: dict | None) -> dict[str, float]:
-    """The routing thresholds of a run's ``runner`` section (defaults where absent)."""
-    return {k: float(v) for k, v in (runner_cfg or {}).items() if k in ROUTING_THRESHOLDS}
 
 
 def _device(device: torch.device | str | None) -> torch.device:

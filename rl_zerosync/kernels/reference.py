@@ -21,7 +21,7 @@ from rl_zerosync.kernels import rng
 from rl_zerosync.kernels.adam import CLIP_EPS, derived_constants
 from rl_zerosync.kernels.layouts import ACCUM, CHECK, FLAGS, INT32_MAX, QAGG, QSTATS, RECORD
 from rl_zerosync.kernels.norm import NORM_CHUNK
-from rl_zerosync.kernels.route import HIGH_VOL, LOW_VOL, WIDE
+from rl_zerosync.kernels.route import ROUTING_DEFAULTS
 
 
 def greedy_argmax(q: torch.Tensor) -> torch.Tensor:
@@ -308,9 +308,9 @@ def route(
     median_vol: torch.Tensor,
     actions: torch.Tensor,
     *,
-    wide: float = WIDE,
-    high_vol: float = HIGH_VOL,
-    low_vol: float = LOW_VOL,
+    wide: float = ROUTING_DEFAULTS["wide"],
+    high_vol: float = ROUTING_DEFAULTS["high_vol"],
+    low_vol: float = ROUTING_DEFAULTS["low_vol"],
 ) -> None:
     """Twin of ``zs_route`` (``route.cu``); exposure is clamped to 0..4."""
     rs = _ratio(spread, median_spread)

@@ -100,8 +100,7 @@ class GreedyPolicyNet(nn.Module):
 def resolved_routing(settings: dict) -> dict[str, float]:
     """The run's routing thresholds with the env runner's defaults filled in (validated)."""
     from rl_zerosync.env_runner.runner_settings import RunnerSettings
-    from rl_zerosync.envs.gym_twin import ROUTING_THRESHOLDS
-    from rl_zerosync.evaluation.validation import routing_thresholds
+    from rl_zerosync.kernels.route import ROUTING_THRESHOLDS, routing_thresholds
 
     runner = RunnerSettings(**routing_thresholds(settings.get("runner")))
     return {k: float(getattr(runner, k)) for k in ROUTING_THRESHOLDS}
