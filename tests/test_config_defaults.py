@@ -34,7 +34,8 @@ from rl_zerosync.envs.params import EnvParams
 from rl_zerosync.learner.learner_settings import DQN_FIELDS, LearnerSettings
 from rl_zerosync.module import make_module_spec
 from rl_zerosync.presets import (
-    ALGO_KEYS, API, FILE_DEFAULTS, LEARNER_KEYS, MODEL_KEYS, REFUSED_RLLIB_NAMES, RLLIB_ALIASES, Preset,
+    ALGO_KEYS, API, BOOL, FILE_DEFAULTS, LEARNER_KEYS, MODEL_KEYS, POSITIVE, REFUSED_RLLIB_NAMES, RLLIB_ALIASES,
+    AlgoKey, Choice, Preset, Range,
 )
 from rl_zerosync.config.sections import DICT_KEYS
 from rl_zerosync.config.settings import (
@@ -148,14 +149,39 @@ def test_action_modes_are_defined_once():
 
 
 # ---------------------------------------------------------------- one name table
-ROUND_TRIP = {
-    "lr": 2e-3, "gamma": 0.9, "n_step": 2, "batch_size": 48, "replay_ratio": 0.25, "learning_starts": 77,
-    "target_update_freq": 33, "tau": 0.5, "double_q": False, "grad_clip": 3.0, "epsilon": [[0, 0.5], [100, 0.1]],
-    "num_envs_per_runner": 12, "rollout_length": 9, "num_env_runners": 2, "num_learners": 3,
-    "num_gpus_per_learner": 0.5, "num_gpus_per_env_runner": 0.25, "custom_resources_per_env_runner": {"node": 1},
-    "env_runner_restart_timeout_s": 12.0, "weight_decay": 0.01,
-}
-"""A valid value for every ``algo`` key, none of them the default."""
+ROUND_TRIP_BY_HAND = {"epsilon": [[0, 0.5], [100, 0.1]], "custom_resources_per_env_runner": {"node": 1}}
+"""The ``algo`` keys checked by their own function rather than a rule helper (:func:`another_valid_value`
+gives them none): a valid value of each, not the default."""
+
+
+def another_valid_value(k: AlgoKey):
+    """A value ``k``'s rule helper allows, other than its default (and its ``auto``): the other bool; the
+    first other choice; for an int :class:`Range` one above its lower bound; for a float, the midpoint of a
+    bounded range, twice the default or half a unit above the lower bound. None for a key without a rule
+    helper (or where none of those is allowed)."""
+    rule, default = k.rule, k.default
+    if rule is BOOL:
+        return not default
+    if isinstance(rule, Choice):
+        return next((v for v in rule.values if v != default), None)
+    if rule is POSITIVE:
+        candidates = [default * 2, 1.0]
+    elif isinstance(rule, Range) and rule.integer:
+        candidates = [(rule.lo or 0) + 1, default + 1]
+    elif isinstance(rule, Range):
+        lo = 0.0 if rule.lo is None else float(rule.lo)
+        candidates = [(lo + rule.hi) / 2] if rule.hi is not None else []
+        candidates += [default * 2.0, lo + 0.5]
+    else:
+        return None
+    auto = getattr(rule, "auto", None)
+    return next((v for v in candidates if rule.allows(v) and v != default and v != auto), None)
+
+
+ROUND_TRIP = {key: value for key, k in ALGO_KEYS.items()
+              if (value := ROUND_TRIP_BY_HAND.get(key, another_valid_value(k))) is not None}
+"""A valid value for every ``algo`` key, none of them the default: generated from the declarations
+(:func:`another_valid_value`), by hand where a key has no rule helper."""
 
 
 def _on_config(config, key: str):
@@ -170,8 +196,11 @@ def test_every_algo_key_round_trips_through_the_one_name_table():
     keys under the same names; RLlib's names in a file are the same keys, or refused with a reason."""
     assert list(ALGO_KEYS) == [f.name for f in dataclasses.fields(AlgoSettings)]
     assert list(MODEL_KEYS) == [f.name for f in dataclasses.fields(ModelSettings)]
+    missing = [key for key in ALGO_KEYS if key not in ROUND_TRIP]
+    assert not missing, f"algo keys with neither a rule helper nor a ROUND_TRIP_BY_HAND row: {missing}"
     assert set(ROUND_TRIP) == set(ALGO_KEYS) and all(ROUND_TRIP[f.name] != f.default for f in
                                                      dataclasses.fields(AlgoSettings) if f.default is not dataclasses.MISSING)
+    assert all(value != getattr(AlgoSettings(), key) for key, value in ROUND_TRIP.items())  # default_factory's too
     s = from_dict({"algo": ROUND_TRIP}, source="names.yaml")
     config = to_rllib_config(s)
     assert {key: _on_config(config, key) for key in ALGO_KEYS} == ROUND_TRIP

@@ -1,8 +1,11 @@
 """Every numeric key of every settings dataclass has a stated range, checked at load: NaN, +inf, -inf
-and one value outside the range are each a ``SettingsError`` naming the file and the key.
+and every value outside its range are each a ``SettingsError`` naming the file and the key.
 
-:data:`OUT_OF_RANGE` holds the out-of-range value of every numeric field; the first test fails when
-a dataclass gains a numeric field without one here (so a new key comes with its range)."""
+:data:`OUT_OF_RANGE` holds the out-of-range values of every numeric field: generated from the declared rule
+helper of every ``run`` / ``algo`` / ``model`` / ``learner`` key (:func:`outside`), written by hand for the
+sections their own code checks and for the special cases (:data:`HAND_OUT_OF_RANGE`). The first test fails
+when a dataclass gains a numeric field that has neither (so a new key comes with its range); a declared rule
+the loader does not enforce fails the refusal tests."""
 from __future__ import annotations
 
 import copy
@@ -19,6 +22,7 @@ from rl_zerosync.data.synthetic import MODEL_RANGES
 from rl_zerosync.env_runner.runner_settings import RunnerSettings
 from rl_zerosync.envs.params import EnvParams
 from rl_zerosync.learner.learner_settings import DQN_FIELDS, LearnerSettings
+from rl_zerosync.presets import ALGO_KEYS, BOOL, MODEL_KEYS, POSITIVE, Choice, Range, Rule
 
 NAN, INF = float("nan"), float("inf")
 SOURCE = "ranges.yaml"
@@ -29,14 +33,8 @@ FILE_DATA = {"source": "csv", "paths": ["prices.csv"]}  # nothing is read at loa
 FILE_KEYS = ("spread_bps", "cs_window", "min_spread_bps", "max_spread_bps")
 """``data`` keys of the file sources (the other numeric ``data`` keys are tried with the synthetic source)."""
 
-OUT_OF_RANGE: dict[str, dict[str, object]] = {
-    "run": {"iterations": 0, "checkpoint_every": -1, "seed": 2**32, "num_cpus": -1, "eval_every": -1,
-            "early_stop_patience": -1, "keep_checkpoints": 0},
-    "algo": {"lr": 0.0, "gamma": 1.5, "n_step": 0, "batch_size": 0, "replay_ratio": 0.0, "learning_starts": -1,
-             "target_update_freq": 0, "tau": 0.0, "grad_clip": 0.0, "num_envs_per_runner": 0, "rollout_length": 0,
-             "num_env_runners": -1, "num_learners": -1, "num_gpus_per_learner": -0.5,
-             "num_gpus_per_env_runner": -0.5, "env_runner_restart_timeout_s": 0.0, "weight_decay": -0.1},
-    "model": {"dropout": 1.0},
+HAND_OUT_OF_RANGE: dict[str, dict[str, object]] = {
+    "run": {"seed": 2**32},  # MAX_RUN_SEED: checked by the loader, not by the field's rule
     "data": {"periods_per_year": 0.0, "max_abs_log_return": -0.1, "num_assets": 0, "num_bars": 1, "seed": -1,
              "regenerate_every": -1, "heldout_validation_series": -1, "heldout_test_series": -1, "heldout_bars": 1,
              "spread_bps": 10_001.0, "cs_window": 0, "min_spread_bps": -0.1, "max_spread_bps": 0.0},
@@ -49,10 +47,56 @@ OUT_OF_RANGE: dict[str, dict[str, object]] = {
             "turnover_penalty": -0.1, "stop_drawdown": 1.0, "seed": 2**64, "execution_lag": 2,
             "maker_rebate_bps": 10_001.0},
     "runner": {"seed": 2**64, "wide": 0.0, "high_vol": 0.0, "low_vol": 0.0},
-    "learner": {"replay_capacity": 0, "alpha": 1.5, "beta": 1.5, "priority_eps": 0.0, "graph_warmup": 0,
-                "updates_per_graph": 0, "loss_clip": 0.0, "divergence_threshold": 0.0, "divergence_patience": 0,
-                "collapse_multiplier": -0.1, "collapse_warmup_fraction": -0.1, "weight_decay": -0.1, "seed": -1},
 }
+"""Out-of-range values no declared rule gives: the sections whose numbers their own code checks, and
+``run.seed``'s upper bound (``MAX_RUN_SEED``, the loader's)."""
+
+
+def outside(rule: Rule | None) -> list:
+    """Out-of-range values of a numeric rule helper. A :class:`Range`: each bound itself where it is open,
+    else just past it (1 for an int; 0.1 below a float's lower bound, 0.5 above its upper bound), and the
+    midpoint between ``auto`` and the lower bound; :data:`POSITIVE`: 0; another rule: none."""
+    if rule is POSITIVE:
+        return [0.0]
+    if not isinstance(rule, Range):
+        return []
+    below, above = (1, 1) if rule.integer else (0.1, 0.5)
+    out = []
+    if rule.lo is not None:
+        out.append(rule.lo if rule.lo_open else rule.lo - below)
+    if rule.hi is not None:
+        out.append(rule.hi if rule.hi_open else rule.hi + above)
+    if rule.auto is not None and rule.lo is not None:
+        out.append((rule.auto + rule.lo) / 2)
+    return out
+
+
+def declared_rules() -> dict[str, dict[str, Rule | None]]:
+    """Section -> key -> the rule helper it is declared with: ``algo`` / ``model`` (:mod:`rl_zerosync.presets`),
+    ``run`` and ``learner`` (their fields' ``metadata["rule"]``; the learner's DQN fields are ``algo`` keys)."""
+    def of(cls, skip=()):
+        return {f.name: f.metadata.get("rule") for f in dataclasses.fields(cls) if f.name not in skip}
+    return {"run": of(RunSettings), "algo": {key: k.rule for key, k in ALGO_KEYS.items()},
+            "model": {key: k.rule for key, k in MODEL_KEYS.items()}, "learner": of(LearnerSettings, DQN_FIELDS)}
+
+
+def out_of_range_values() -> dict[str, dict[str, list]]:
+    """Section -> key -> out-of-range values: the generated ones (:func:`outside` of each declared rule),
+    then :data:`HAND_OUT_OF_RANGE`'s."""
+    table: dict[str, dict[str, list]] = {}
+    for section, rules in declared_rules().items():
+        for key, rule in rules.items():
+            if outside(rule):
+                table.setdefault(section, {})[key] = outside(rule)
+    for section, keys in HAND_OUT_OF_RANGE.items():
+        for key, bad in keys.items():
+            table.setdefault(section, {}).setdefault(key, []).append(bad)
+    return table
+
+
+OUT_OF_RANGE = out_of_range_values()
+"""Section -> key -> the out-of-range values tried (each besides NaN, +inf and -inf)."""
+
 AT_THE_BOUNDS: dict[str, dict[str, object]] = {
     "run": {"seed": 2**32 - 1},
     "algo": {"num_gpus_per_learner": 0.0, "gamma": 1.0},
@@ -114,12 +158,43 @@ def test_every_numeric_field_has_an_out_of_range_value():
 
 
 CASES = [pytest.param(section, key, value, id=f"{section}.{key}={label}")
-         for section, keys in OUT_OF_RANGE.items() for key, bad in keys.items()
-         for label, value in (("nan", NAN), ("inf", INF), ("-inf", -INF), ("out_of_range", bad))]
+         for section, keys in OUT_OF_RANGE.items() for key, bads in keys.items()
+         for label, value in (("nan", NAN), ("inf", INF), ("-inf", -INF), *((f"out_of_range_{b!r}", b) for b in bads))]
 
 
 @pytest.mark.parametrize("section, key, value", CASES)
 def test_a_bad_number_is_refused_naming_the_key(section, key, value):
+    with pytest.raises(SettingsError) as err:
+        from_dict(raw_with(section, key, value), source=SOURCE)
+    assert names_the_key(str(err.value), section, key), str(err.value)
+
+
+def of_the_wrong_kind(rule: Rule | None):
+    """A value a rule helper refuses whatever its bounds: a float for an int :class:`Range` (inside the range),
+    an int for :data:`BOOL`, a string not among a :class:`Choice`'s values; None for another rule."""
+    if isinstance(rule, Range) and rule.integer:
+        return (rule.lo or 0) + 1.5
+    if rule is BOOL:
+        return 1
+    if isinstance(rule, Choice):
+        return "|".join(map(str, rule.values))
+    return None
+
+
+WRONG_KIND = [pytest.param(section, key, bad, id=f"{section}.{key}={bad!r}")
+              for section, rules in declared_rules().items() for key, rule in rules.items()
+              if (bad := of_the_wrong_kind(rule)) is not None]
+
+
+def test_every_int_bool_and_choice_rule_gets_a_wrong_kind_value():
+    kinds = {(p.values[0], p.values[1]) for p in WRONG_KIND}
+    assert {("algo", "n_step"), ("algo", "double_q"), ("model", "action_mode"), ("model", "layernorm"),
+            ("learner", "loss"), ("learner", "prioritized"), ("run", "eval_metric"), ("run", "iterations")} <= kinds
+
+
+@pytest.mark.parametrize("section, key, value", WRONG_KIND)
+def test_a_value_of_the_wrong_kind_is_refused_naming_the_key(section, key, value):
+    assert not declared_rules()[section][key].allows(value)
     with pytest.raises(SettingsError) as err:
         from_dict(raw_with(section, key, value), source=SOURCE)
     assert names_the_key(str(err.value), section, key), str(err.value)
