@@ -11,6 +11,7 @@ from ray.rllib.env import INPUT_ENV_SPACES
 from scipy import stats
 
 from rl_zerosync.env_runner import GPUEnvRunner
+from rl_zerosync.env_runner.rollout import LEADING_KEYS, ROLLOUT_COLUMNS
 from rl_zerosync.envs import TradingGymEnv
 from rl_zerosync.kernels.reference import route as route_twin
 from rl_zerosync.module import ZeroSyncQModule
@@ -65,6 +66,11 @@ def test_sample_shapes_dtypes_and_transitions(mode):
     assert set(out) == set(expect)
     for k, (shape, dtype) in expect.items():
         assert tuple(out[k].shape) == shape and out[k].dtype == dtype, k
+    # The one declaration of the columns is this contract (docs/ARCHITECTURE.md, "Columnar rollout"), and the
+    # small readback carries every [T, N] column of it.
+    assert {k: (dtype, len(shape)) for k, (dtype, shape) in ROLLOUT_COLUMNS.items()} == {
+        k: (dtype, len(shape)) for k, (shape, dtype) in expect.items()}
+    assert {k for k, (shape, _) in expect.items() if len(shape) == 2} <= set(LEADING_KEYS)
     fa = out["factored_actions"]
     assert int(fa.min()) >= 0 and int(fa.max()) < 45
     heads = 5 if mode == "routed" else 45

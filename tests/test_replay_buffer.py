@@ -191,6 +191,9 @@ def test_add_validation_names_the_column():
         buf.add({**ro, "obs": ro["obs"][..., :2]})
     with pytest.raises(ValueError, match="terminateds"):
         buf.add({**ro, "terminateds": ro["terminateds"].float()})
+    with pytest.raises(ValueError, match=r"rollout\['truncateds'\] must have shape \[3, 2\]"):
+        buf.add({**ro, "truncateds": ro["truncateds"][:2]})
+    buf.add({**ro, "factored_actions": "not read"})  # columns the replay does not read are ignored
     with pytest.raises(ValueError, match="empty"):
         make_buffer().sample(4)
     with pytest.raises(ValueError, match="capacity"):

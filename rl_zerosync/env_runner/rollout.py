@@ -18,7 +18,8 @@ Buffer layout (byte offsets aligned to 256), leading part first:
 from __future__ import annotations
 
 from dataclasses import fields, is_dataclass
-from typing import Dict, Optional, Sequence, Union
+from types import MappingProxyType
+from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -30,15 +31,26 @@ from rl_zerosync.envs.protocol import BatchedEnv
 from rl_zerosync.kernels import AsyncReadback, Kernels
 from rl_zerosync.kernels.route import ROUTING_DEFAULTS
 
-ROLLOUT_KEYS = (
-    "obs", "next_obs", "actions", "factored_actions", "rewards", "terminateds", "truncateds",
-)
-"""Keys of the columnar rollout (docs/ARCHITECTURE.md, "Columnar rollout")."""
+ROLLOUT_COLUMNS: Mapping[str, Tuple[torch.dtype, str]] = MappingProxyType({
+    "obs": (torch.float32, "TND"),
+    "next_obs": (torch.float32, "TND"),
+    "actions": (torch.int64, "TN"),
+    "factored_actions": (torch.int64, "TN"),
+    "rewards": (torch.float32, "TN"),
+    "terminateds": (torch.bool, "TN"),
+    "truncateds": (torch.bool, "TN"),
+})
+"""The columnar rollout, declared once: column -> (dtype, shape: ``TN`` [T, N] or ``TND`` [T, N, D])
+(docs/ARCHITECTURE.md, "Columnar rollout"); the runner's packed buffer, its small readback and the
+replay's ``add`` derive from it."""
+ROLLOUT_KEYS = tuple(ROLLOUT_COLUMNS)
+"""Keys of the columnar rollout."""
+STEP_KEYS = tuple(k for k, (_, shape) in ROLLOUT_COLUMNS.items() if shape == "TN")
+"""The rollout's ``[T, N]`` columns (one value per env step)."""
 ROUTING_KEYS = ("spread", "median_spread", "vol", "median_vol")
 """Routing inputs recorded per step (the values the routing rule saw)."""
-LEADING_KEYS = (
-    "stats", "env_metrics", "epsilon", "actions", "factored_actions", "rewards", "terminateds", "truncateds",
-)
+LEADING_KEYS = ("stats", "env_metrics", "epsilon", *STEP_KEYS)
+"""The packed buffer's leading columns: the small readback when the host does not need observations."""
 
 EXPLORE, GREEDY, RANDOM = "explore", "greedy", "random"
 EPSILON_MODES = {EXPLORE: (1.0, 0.0), GREEDY: (0.0, 0.0), RANDOM: (0.0, 1.0)}
@@ -96,19 +108,14 @@ class DeviceRollout:
                 Column("stats", torch.float64, (NUM_STATS,)),
                 Column("env_metrics", torch.float64, (env.metrics_vector().numel() if self.has_env_metrics else 1,)),
                 Column("epsilon", f32, (t,)),
-                Column("actions", i64, (t, n)),
-                Column("factored_actions", i64, (t, n)),
-                Column("rewards", f32, (t, n)),
-                Column("terminateds", torch.bool, (t, n)),
-                Column("truncateds", torch.bool, (t, n)),
+                *[Column(k, ROLLOUT_COLUMNS[k][0], (t, n)) for k in STEP_KEYS],
                 *[Column(k, f32, (t, n)) for k in ROUTING_KEYS],
-                Column("obs", f32, (t, n, d)),
-                Column("next_obs", f32, (t, n, d)),
+                *[Column(k, dtype, (t, n, d)) for k, (dtype, shape) in ROLLOUT_COLUMNS.items() if shape == "TND"],
             ],
             self.device,
         )
         self.views = self.packed.views
-        self.leading_nbytes = self.packed.end_of("truncateds")
+        self.leading_nbytes = self.packed.end_of(LEADING_KEYS[-1])
         dev = dict(device=self.device)
         self.schedule = DeviceEpsilonSchedule(epsilon, self.device)
         self._eps_scale = torch.ones(1, dtype=f32, **dev)

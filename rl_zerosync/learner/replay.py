@@ -47,6 +47,7 @@ import torch
 
 from ray.rllib.core.columns import Columns
 
+from rl_zerosync.env_runner.rollout import ROLLOUT_COLUMNS, ROLLOUT_KEYS
 from rl_zerosync.kernels.add import nstep_tables
 from rl_zerosync.kernels.rng import MASK32, STREAM_USER_BASE, combine, hash32, seed_key
 from rl_zerosync.learner.nstep import nstep_transitions
@@ -56,19 +57,14 @@ if TYPE_CHECKING:
 
 __all__ = ["DeviceReplayBuffer", "ReplaySample", "REPLAY_COLUMNS", "DISCOUNTS", "WEIGHTS"]
 
-REPLAY_COLUMNS = ("obs", "next_obs", "actions", "rewards", "terminateds", "truncateds")
+REPLAY_COLUMNS = tuple(k for k in ROLLOUT_KEYS if k != "factored_actions")
+"""The rollout columns ``add`` reads (:data:`~rl_zerosync.env_runner.rollout.ROLLOUT_COLUMNS` but
+``factored_actions``, which the learner does not use)."""
 DISCOUNTS = "discounts"
 WEIGHTS = "weights"
 STREAM_SAMPLE = STREAM_USER_BASE + 32
 _STORED = ("obs", "next_obs", "actions", "rewards", "discounts", "terminateds")
-_DTYPES = {
-    "obs": torch.float32,
-    "next_obs": torch.float32,
-    "actions": torch.int64,
-    "rewards": torch.float32,
-    "terminateds": torch.bool,
-    "truncateds": torch.bool,
-}
+_DTYPES = {k: ROLLOUT_COLUMNS[k][0] for k in REPLAY_COLUMNS}
 
 
 def _round_up(n: int, m: int) -> int:
@@ -301,13 +297,11 @@ class DeviceReplayBuffer:
         if r.dim() != 2 or r.shape[0] < 1 or r.shape[1] < 1:
             raise ValueError(f"rollout['rewards'] must have shape [T, N] with T, N >= 1, got {list(r.shape)}")
         tn = tuple(r.shape)
-        for k in ("actions", "terminateds", "truncateds"):
-            if tuple(cols[k].shape) != tn:
-                raise ValueError(f"rollout[{k!r}] must have shape {list(tn)}, got {list(cols[k].shape)}")
-        for k in ("obs", "next_obs"):
-            want = tn + self.obs_shape
+        for k in REPLAY_COLUMNS:
+            want = tn + (self.obs_shape if ROLLOUT_COLUMNS[k][1] == "TND" else ())
             if tuple(cols[k].shape) != want:
                 raise ValueError(f"rollout[{k!r}] must have shape {list(want)}, got {list(cols[k].shape)}")
+        for k in ("obs", "next_obs"):
             if not cols[k].is_floating_point():
                 raise ValueError(f"rollout[{k!r}] must be a float tensor, got {cols[k].dtype}")
         if cols["actions"].is_floating_point() or cols["actions"].dtype == torch.bool:
