@@ -4,7 +4,6 @@
   hardware, versions, config), :func:`print_table` / :func:`print_summary` and :func:`write_json`;
 * timing: :func:`time_cuda_seconds` (CUDA events), :func:`time_host_seconds`, :func:`timed_train`;
 * :func:`count_syncs`: synchronizing CUDA calls and explicit event waits during one call;
-* :func:`local_learner`: the learner of a local ``LearnerGroup``, through RLlib's public API.
 
 Run a benchmark from the repository root as a module: ``python -m benchmarks.<name> [--quick]``.
 """
@@ -224,16 +223,6 @@ def count_syncs(fn: Callable[[], Any]) -> SyncCount:
     # torch warns once per process that sync debug mode is a prototype: not a synchronization.
     syncs = sum("synchroniz" in str(w.message).lower() and "prototype" not in str(w.message) for w in caught)
     return SyncCount(syncs, len(waits), result)
-
-
-# ------------------------------------------------------------------------------------------ RLlib
-def local_learner(learner_group):
-    """The learner of a local ``LearnerGroup`` (``num_learners=0``): ``foreach_learner`` calls a
-    local group's function on the learner itself, in this process."""
-    if not learner_group.is_local:
-        raise ValueError("local_learner: the learner group has remote learners")
-    (result,) = learner_group.foreach_learner(lambda learner: learner)
-    return result.get()
 
 
 def cuda_kernels_per_call(fn: Callable[[], None], *, calls: int) -> Optional[float]:

@@ -62,7 +62,8 @@ os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")  # a CPU probe, also on a GPU 
 
 import torch  # noqa: E402
 
-from benchmarks.common import local_learner, parser, result_header, results_path, write_json  # noqa: E402
+from benchmarks.common import parser, result_header, results_path, write_json  # noqa: E402
+from rl_zerosync.algorithm import local_learner_of  # noqa: E402
 
 _SITE = sysconfig.get_paths()["purelib"]
 _THIS = os.path.abspath(__file__)
@@ -304,7 +305,7 @@ def probe_learner_bench(updates: int, batch: int) -> dict:
     device = torch.device("cpu")
     hidden = [256, 256]
     group = lb.make_config(batch=batch, hidden=hidden, cuda=False).build_learner_group(spaces=lb.spaces())
-    learner = local_learner(group)
+    learner = local_learner_of(group)
     with SyncProbe(optimizer_step_ids(learner)) as probe:
         probe.watch_update(group)
         probe.watch_metrics()
@@ -337,7 +338,7 @@ def probe_cartpole(updates: int, batch: int, *, skip_nan: bool) -> dict:
            .framework(torch_skip_nan_gradients=skip_nan)
            .debugging(seed=0))
     algo = cfg.build_algo()
-    learner = local_learner(algo.learner_group)
+    learner = local_learner_of(algo.learner_group)
     mid = next(iter(learner.module.keys()))
     steps = 0
     try:

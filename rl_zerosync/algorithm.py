@@ -241,6 +241,16 @@ def _values(results) -> list:
     return values
 
 
+def local_learner_of(learner_group):
+    """The learner of a ``LearnerGroup`` that lives in this process (``num_learners`` 0), else None
+    (no group, or remote learners). Read through RLlib's public ``foreach_learner``, which calls a
+    local group's function on its learner itself."""
+    if learner_group is None or not learner_group.is_local:
+        return None
+    (result,) = learner_group.foreach_learner(lambda learner: learner)
+    return result.get()
+
+
 def updates_for(env_steps: int, replay_ratio: float, batch_size: int) -> int:
     """K updates for ``env_steps`` new env steps: ``max(1, round(ratio * steps / batch))``.
 
@@ -405,12 +415,8 @@ class ZeroSyncDQN(DQN):
 
     @property
     def local_learner(self):
-        """The learner living in this process (``num_learners`` 0), else None.
-
-        RLlib keeps it in the private ``LearnerGroup._learner``; this is the one place that reads it.
-        """
-        group = self.learner_group
-        return group._learner if group is not None and group.is_local else None
+        """The learner living in this process (``num_learners`` 0), else None (:func:`local_learner_of`)."""
+        return local_learner_of(self.learner_group)
 
     # ---------------------------------------------------------------- helpers
     def _same_process_runner(self):

@@ -3,19 +3,18 @@ from __future__ import annotations
 
 import pytest
 import torch
-from bench_module import bench_module
 from ray.rllib.algorithms.dqn import DQNConfig
 from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, LEARNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME
 
 import rl_zerosync.envs  # noqa: F401  (registers "rl_zerosync/Trading-v0")
+from rl_zerosync.algorithm import local_learner_of
 from rl_zerosync.env_runner import GPUEnvRunner
 from rl_zerosync.module import ZeroSyncQModule
 
 
 RAY_INIT = {"num_cpus": 1, "ignore_reinit_error": True}  # conftest's ray_local
-local_learner = bench_module("common").local_learner
 
 
 @pytest.mark.parametrize("mode", ["routed", "flat"])
@@ -48,7 +47,7 @@ def test_stock_dqn_trains_two_iterations(ray_local, tmp_path, mode):
         assert torch.isfinite(torch.tensor(float(learner["qf_loss"])))
         # The learner's weights reached the runner (in place, same storage).
         ptrs = [p.data_ptr() for p in runner.module.parameters()]
-        learner_module = local_learner(algo.learner_group).module[DEFAULT_MODULE_ID]
+        learner_module = local_learner_of(algo.learner_group).module[DEFAULT_MODULE_ID]
         for a, b in zip(runner.module.q_net.parameters(), learner_module.q_net.parameters()):
             assert torch.equal(a, b.detach())
         ckpt = algo.save_to_path(tmp_path / "algo")

@@ -2,15 +2,14 @@
 from __future__ import annotations
 
 import numpy as np
-from bench_module import bench_module
 from ray.rllib.algorithms.dqn import DQNConfig
 from ray.rllib.utils.metrics import LEARNER_RESULTS
 
+from rl_zerosync.algorithm import local_learner_of
 from rl_zerosync.learner import ZeroSyncDQNTorchLearner
 
 
 RAY_INIT = {"num_cpus": 1, "ignore_reinit_error": True}  # conftest's ray_local
-local_learner = bench_module("common").local_learner
 
 
 def test_stock_dqn_with_zero_sync_learner(ray_local):
@@ -32,7 +31,7 @@ def test_stock_dqn_with_zero_sync_learner(ray_local):
     )
     algo = config.build_algo()
     try:
-        learner = local_learner(algo.learner_group)
+        learner = local_learner_of(algo.learner_group)
         assert isinstance(learner, ZeroSyncDQNTorchLearner)
         before = [p.detach().clone() for p in learner.params]
         for _ in range(2):

@@ -35,11 +35,13 @@ def test_weights_seq_no_counts_updates_and_is_checkpointed():
     assert "self._weights_seq_no" in _source(Learner.get_state)
 
 
-def test_local_learner_group_keeps_its_learner():
-    # ZeroSyncDQN.local_learner reads LearnerGroup._learner (set for num_learners 0).
-    src = _source(LearnerGroup.__init__)
-    assert "self._learner = learner_class(" in src
-    assert "def is_local" in _source(LearnerGroup)
+def test_local_learner_group_calls_foreach_learner_on_its_learner():
+    # rl_zerosync.algorithm.local_learner_of (ZeroSyncDQN.local_learner) gets the learner of a local group
+    # (num_learners 0) through the public foreach_learner: a local group calls the function on the learner
+    # itself, in this process, not on a copy.
+    assert "self._learner = learner_class(" in _source(LearnerGroup.__init__)
+    src = _source(LearnerGroup.foreach_learner)
+    assert "if self.is_local:" in src and "func(self._learner, **kwargs)" in src
 
 
 def test_check_component_helper_exists():

@@ -357,7 +357,7 @@ HOLDERS_OF_PRIVATE_STATE = ("learner/dqn_learner.py", "env_runner/gpu_env_runner
 """Sources whose ``self._name`` attributes callers outside the package must not touch."""
 RLLIB_PRIVATE_WITH_PUBLIC_VIEW = {
     "_device": "learner.device",
-    "_learner": "algo.local_learner (ZeroSyncDQN) or benchmarks.common.local_learner(learner_group)",
+    "_learner": "algo.local_learner (ZeroSyncDQN) or rl_zerosync.algorithm.local_learner_of(learner_group)",
     "_named_optimizers": "learner.get_optimizers_for_module(module_id)",
 }
 """RLlib's private attributes that the package or RLlib offers a public view of."""
@@ -431,6 +431,26 @@ def test_tests_benchmarks_and_examples_use_public_views():
                                 if name in RLLIB_PRIVATE_WITH_PUBLIC_VIEW else ""))
     assert not found, "private attributes of the learner / runner / replay / module used outside the " \
                       "package (use their public properties):\n" + "\n".join(found)
+
+
+def _class_members(tree: ast.AST) -> Set[str]:
+    """Names a file's own classes define as methods or properties (``def _learner(self)``)."""
+    return {f.name for c in ast.walk(tree) if isinstance(c, ast.ClassDef) for f in c.body
+            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+def test_package_reads_rllib_private_state_through_public_views():
+    """Inside the package too: ``algo.local_learner`` / ``local_learner_of(learner_group)`` (RLlib's public
+    ``foreach_learner``), never ``learner_group._learner``; ``learner.device``, never ``learner._device``."""
+    assert private_uses("learner = algo.learner_group._learner\n", set(RLLIB_PRIVATE_WITH_PUBLIC_VIEW)) == [
+        (1, "_learner")]
+    found = []
+    for name, path in _modules().items():
+        source = path.read_text()
+        banned = set(RLLIB_PRIVATE_WITH_PUBLIC_VIEW) - _class_members(ast.parse(source))
+        found += [f"{name}:{line}: .{attr} (use {RLLIB_PRIVATE_WITH_PUBLIC_VIEW[attr]})"
+                  for line, attr in private_uses(source, banned)]
+    assert not found, "RLlib private attributes read in the package:\n" + "\n".join(found)
 
 
 MAX_FUNCTION_LINES = 80

@@ -39,7 +39,7 @@ def check_fits(algo, members: int, settings) -> None:
     learner = _learner(algo)
     if learner is None or members <= 1:
         return
-    device = learner._device  # noqa: SLF001 - the learner's device
+    device = learner.device
     per = int(member_bytes(algo) * HEADROOM)
     free = free_bytes(device)
     if free is None or per <= 0:

@@ -156,8 +156,8 @@ def header_line(settings: Settings, algo) -> str:
     k = updates_for(steps, a.replay_ratio, a.batch_size * learners)
     runner = algo.env_runner
     where = getattr(runner, "device", None) if a.num_env_runners == 0 else "remote runners"
-    learner = algo.learner_group._learner if algo.learner_group.is_local else None
-    learner_dev = getattr(learner, "_device", "remote learners") if learner is not None else "remote learners"
+    learner = algo.local_learner
+    learner_dev = learner.device if learner is not None else "remote learners"
     return (f"run: {settings.run_dir} | runner: {where}, learner: {learner_dev} | {a.num_envs_per_runner} envs x "
             f"{a.rollout_length} steps x {runners} runner(s) = {steps:,} env steps/iteration | "
             f"K = {k} updates/iteration (batch {a.batch_size}, replay ratio {a.replay_ratio:g}) | "
