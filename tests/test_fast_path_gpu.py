@@ -12,7 +12,7 @@ from ray.rllib.algorithms.dqn import DQNConfig
 
 from bench_module import bench_module
 from rl_zerosync.learner import ZeroSyncDQNTorchLearner
-from rl_zerosync.learner.update_parts import UpdateParts
+from rl_zerosync.learner.torch_update import UpdateParts
 from rl_zerosync.module import make_module_spec
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("ray_local")]

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rl_zerosync.kernels import get_kernels
-from rl_zerosync.kernels.norm import NORM_CHUNK
+from rl_zerosync.kernels.grad_norm import NORM_CHUNK
 
 
 def _bufs(n: int, dev, seed: int = 0, scale: float = 1.0) -> dict:

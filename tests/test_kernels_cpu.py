@@ -876,7 +876,7 @@ def test_declaration_binds_like_python():
 
 def _launch_cases() -> dict:
     """One valid call of every kernel on CPU tensors (and a second where an argument may be None / a float)."""
-    from rl_zerosync.kernels.add import nstep_tables
+    from rl_zerosync.kernels.replay_add import nstep_tables
     from rl_zerosync.kernels.layernorm import layernorm_part_numel
     from rl_zerosync.kernels.linear import backward_gemms, forward_gemms, workspace
     from rl_zerosync.kernels.td_loss import td_loss_scratch_numel

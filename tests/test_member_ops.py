@@ -18,7 +18,7 @@ from rl_zerosync.kernels import member_ops as M
 from rl_zerosync.kernels import reference as R
 from rl_zerosync.kernels.adam import derived_constants
 from rl_zerosync.kernels.layouts import ACCUM, CHECK, FLAGS, QAGG, QSTATS, RECORD
-from rl_zerosync.kernels.norm import NORM_CHUNK
+from rl_zerosync.kernels.grad_norm import NORM_CHUNK
 
 NAN, INF = float("nan"), float("inf")
 F64 = torch.float64

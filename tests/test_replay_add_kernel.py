@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rl_zerosync.kernels import get_kernels
-from rl_zerosync.kernels.add import nstep_tables
+from rl_zerosync.kernels.replay_add import nstep_tables
 from rl_zerosync.learner import DeviceReplayBuffer
 
 OBS = (3, 2)

@@ -1,4 +1,4 @@
-"""``replay_sample``: one launch for a uniform replay draw (``sample.cu``), its twin and the replay's use.
+"""``replay_sample``: one launch for a uniform replay draw (``replay_sample.cu``), its twin and the replay's use.
 
 CPU: the twin equals the replay's torch sampling bit for bit (indices, gathered rows, ``rng_step``,
 step word); a replay built with ``kernels`` samples as one built without; the bind-time check names
@@ -15,7 +15,7 @@ import torch
 from rl_zerosync.kernels import Kernels, get_kernels
 from rl_zerosync.kernels import reference as ref
 from rl_zerosync.kernels.rng import MASK32, hash32, seed_key
-from rl_zerosync.kernels.sample import replay_sample
+from rl_zerosync.kernels.replay_sample import replay_sample
 from rl_zerosync.learner.replay import DeviceReplayBuffer, ReplaySample
 
 SEED = 21

@@ -31,8 +31,8 @@ from typing import Callable, Dict, Iterator, Union
 
 import torch
 
-from rl_zerosync.kernels import (adam, add, divergence, guard, layernorm, linear, norm, qstats, reference, route,
-                                 sample, select, td_loss)
+from rl_zerosync.kernels import (adam, divergence, grad_norm, guard, layernorm, linear, qstats, reference, replay_add,
+                                 replay_sample, route, select, td_loss)
 from rl_zerosync.kernels.compile import CudaSource, load_module
 from rl_zerosync.kernels.declare import Kernel
 
@@ -65,14 +65,14 @@ KERNELS: Dict[str, KernelSpec] = {spec.kernel.name: spec for spec in (
     KernelSpec(select.epsilon_greedy_members, reference.epsilon_greedy_members),
     KernelSpec(select.branching_select, reference.branching_select),
     KernelSpec(route.route, reference.route),
-    KernelSpec(add.replay_add, reference.replay_add),
-    KernelSpec(norm.grad_norm, reference.grad_norm),
+    KernelSpec(replay_add.replay_add, reference.replay_add),
+    KernelSpec(grad_norm.grad_norm, reference.grad_norm),
     KernelSpec(adam.adam_step, reference.adam_step),
     KernelSpec(linear.linear_forward, reference.linear_forward),
     KernelSpec(linear.linear_backward, reference.linear_backward),
     KernelSpec(layernorm.layernorm_relu, reference.layernorm_relu),
     KernelSpec(layernorm.layernorm_backward, reference.layernorm_backward),
-    KernelSpec(sample.replay_sample, reference.replay_sample),
+    KernelSpec(replay_sample.replay_sample, reference.replay_sample),
 )}
 """Every kernel: name -> declaration and twin (see ``docs/ARCHITECTURE.md`` for semantics)."""
 

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 from rl_zerosync.kernels.adam import CLIP_EPS
 from rl_zerosync.kernels.layouts import ACCUM, CHECK, FLAGS, INT32_MAX, QAGG, QSTATS, RECORD
-from rl_zerosync.kernels.norm import NORM_CHUNK
+from rl_zerosync.kernels.grad_norm import NORM_CHUNK
 
 __all__ = ["MemberLayer", "mlp_forward", "td_loss", "qstats", "grad_norm", "guard_check", "adam_step",
            "divergence", "guard_record"]

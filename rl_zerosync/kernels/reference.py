@@ -20,7 +20,7 @@ from rl_zerosync.actions import NUM_EXPOSURES, OrderType, Urgency, encode_t
 from rl_zerosync.kernels import rng
 from rl_zerosync.kernels.adam import CLIP_EPS, derived_constants
 from rl_zerosync.kernels.layouts import ACCUM, CHECK, FLAGS, INT32_MAX, QAGG, QSTATS, RECORD
-from rl_zerosync.kernels.norm import NORM_CHUNK
+from rl_zerosync.kernels.grad_norm import NORM_CHUNK
 from rl_zerosync.kernels.route import ROUTING_DEFAULTS
 
 
@@ -186,7 +186,7 @@ def td_loss(
 
 
 def grad_norm(x: torch.Tensor, row_norms: torch.Tensor, out: torch.Tensor, blocks_done: torch.Tensor) -> None:
-    """Twin of ``zs_grad_norm`` (``norm.cu``): ``torch.linalg.vector_norm`` of the rows of
+    """Twin of ``zs_grad_norm`` (``grad_norm.cu``): ``torch.linalg.vector_norm`` of the rows of
     ``NORM_CHUNK`` elements into ``row_norms``, then of those into ``out``; ``blocks_done`` is unused."""
     del blocks_done
     torch.linalg.vector_norm(x.view(-1, NORM_CHUNK), dim=1, out=row_norms)
@@ -389,7 +389,7 @@ def replay_sample(
     *,
     seed_key: int,
 ) -> None:
-    """Twin of ``zs_replay_sample`` (``sample.cu``): uniform replay draw of ``B = len(row_keys)`` rows;
+    """Twin of ``zs_replay_sample`` (``replay_sample.cu``): uniform replay draw of ``B = len(row_keys)`` rows;
     ``blocks_done`` is unused.
 
     ``indices = (hash32(row_keys ^ step_word) * size) >> 32`` (``size`` clamped to ``[0, capacity]``),
@@ -425,7 +425,7 @@ def nstep_columns(
     """The n-step transitions of a ``[T, N, ...]`` rollout (``learner/nstep.py`` states the rule),
     flattened time-major (``T * N`` rows): ``obs``, ``next_obs``, ``actions``, ``rewards`` (the
     n-step return), ``discounts`` and ``terminateds``; ``n = len(return_scales)``
-    (:func:`rl_zerosync.kernels.add.nstep_tables`)."""
+    (:func:`rl_zerosync.kernels.replay_add.nstep_tables`)."""
     t_len, n_envs = rewards.shape
     n_step = return_scales.shape[0]
     done = terminateds | truncateds
@@ -473,7 +473,7 @@ def replay_add(
     discounts_at: int,
     terminateds_at: int,
 ) -> None:
-    """Twin of ``zs_replay_add`` (``add.cu``): :func:`nstep_columns`, then transition ``r >= first_row``
+    """Twin of ``zs_replay_add`` (``replay_add.cu``): :func:`nstep_columns`, then transition ``r >= first_row``
     into packed row ``(start + r - first_row) % C`` (two slices at the wrap), column by column."""
     trans = nstep_columns(obs, next_obs, actions, rewards, terminateds, truncateds, return_scales, discount_table)
     capacity = packed.shape[0]

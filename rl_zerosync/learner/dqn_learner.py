@@ -59,7 +59,7 @@ from rl_zerosync.learner.flat_adam import FlatAdam
 from rl_zerosync.learner.graph import GraphedUpdate
 from rl_zerosync.learner.learner_settings import LearnerSettings
 from rl_zerosync.learner.mlp import MLPKernels, mlp_kernel_blocker
-from rl_zerosync.learner.update_parts import UpdateParts, tf32_matmuls
+from rl_zerosync.learner.torch_update import UpdateParts, tf32_matmuls
 from rl_zerosync.learner.replay import DISCOUNTS, WEIGHTS, DeviceReplayBuffer, ReplaySample
 from rl_zerosync.learner.targets import TargetUpdater
 from rl_zerosync.learner.training_guard import TrainingGuard

@@ -34,7 +34,7 @@ from typing import List, Optional
 import torch
 
 from rl_zerosync.kernels import Kernels
-from rl_zerosync.kernels.norm import NORM_CHUNK
+from rl_zerosync.kernels.grad_norm import NORM_CHUNK
 from rl_zerosync.learner.rows import move_into_rows
 
 __all__ = ["ALIGN", "NORM_CHUNK", "STACKED", "FlatAdam"]

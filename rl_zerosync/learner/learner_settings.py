@@ -90,7 +90,7 @@ class LearnerSettings:
     """Fuse the update's torch ops with ``torch.compile`` inside the graph (CUDA, one learner; not
     bit-identical to eager); the Q network then runs on torch's ops, not the linear kernels.
 
-    Ignored on CPU; see :mod:`rl_zerosync.learner.update_parts`. On, the Q network's forward and backward are
+    Ignored on CPU; see :mod:`rl_zerosync.learner.torch_update`. On, the Q network's forward and backward are
     torch's ops rather than the linear kernels (:mod:`rl_zerosync.learner.mlp`), on every device."""
     tf32: bool = ruled(False, BOOL)
     """TF32 tensor-core matmuls inside the update only (CUDA); the Q network then runs on torch's ops.

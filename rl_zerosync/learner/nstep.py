@@ -16,7 +16,7 @@ from typing import Dict
 
 import torch
 
-from rl_zerosync.kernels.add import nstep_tables
+from rl_zerosync.kernels.replay_add import nstep_tables
 from rl_zerosync.kernels.reference import nstep_columns
 
 __all__ = ["nstep_transitions"]

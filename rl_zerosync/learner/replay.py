@@ -48,7 +48,7 @@ import torch
 from ray.rllib.core.columns import Columns
 
 from rl_zerosync.env_runner.rollout import ROLLOUT_COLUMNS, ROLLOUT_KEYS
-from rl_zerosync.kernels.add import nstep_tables
+from rl_zerosync.kernels.replay_add import nstep_tables
 from rl_zerosync.kernels.rng import MASK32, STREAM_USER_BASE, combine, hash32, seed_key
 from rl_zerosync.learner.nstep import nstep_transitions
 

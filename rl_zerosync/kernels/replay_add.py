@@ -1,4 +1,4 @@
-"""``add.cu``: declaration of ``replay_add`` (twin: ``reference.replay_add``); one launch per rollout.
+"""``replay_add.cu``: declaration of ``replay_add`` (twin: ``reference.replay_add``); one launch per rollout.
 
 A ``[T, N, ...]`` rollout goes into the replay's packed rows as ``T * N`` n-step transitions (the
 rule of ``learner/nstep.py``) with no intermediate tensors: one warp per written transition,
@@ -19,7 +19,7 @@ from rl_zerosync.kernels.validate import expect_rows
 ROWS_PER_BLOCK = 8
 """Transitions per block (one warp each)."""
 
-SOURCE = CudaSource("add.cu", ("zs_replay_add",), defines={"ZS_ADD_ROWS_PER_BLOCK": ROWS_PER_BLOCK})
+SOURCE = CudaSource("replay_add.cu", ("zs_replay_add",), defines={"ZS_ADD_ROWS_PER_BLOCK": ROWS_PER_BLOCK})
 
 OFFSETS = ("obs_at", "next_obs_at", "actions_at", "rewards_at", "discounts_at", "terminateds_at")
 """The row layout's word offsets, the last keyword arguments of ``replay_add``."""

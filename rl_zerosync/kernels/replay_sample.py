@@ -1,4 +1,4 @@
-"""``sample.cu``: declaration of ``replay_sample`` (twin: ``reference.replay_sample``).
+"""``replay_sample.cu``: declaration of ``replay_sample`` (twin: ``reference.replay_sample``).
 
 Uniform replay sampling in one launch: row ``i`` of a batch of ``B`` gets the 32-bit word
 ``hash32(row_keys[i] ^ step_word)``, the index ``(bits * size) >> 32`` (64-bit unsigned maths,
@@ -28,7 +28,7 @@ BLOCK = LANES * ROWS_PER_BLOCK
 VEC_WORDS = 4
 """int32 words per vector copy (one ``int4``), used when a row is a whole number of them and aligned."""
 
-SOURCE = CudaSource("sample.cu", ("zs_replay_sample",), defines={
+SOURCE = CudaSource("replay_sample.cu", ("zs_replay_sample",), defines={
     "ZS_SAMPLE_LANES": LANES, "ZS_SAMPLE_ROWS_PER_BLOCK": ROWS_PER_BLOCK, "ZS_SAMPLE_VEC_WORDS": VEC_WORDS,
 })
 

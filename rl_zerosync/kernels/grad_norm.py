@@ -1,4 +1,4 @@
-"""``norm.cu``: declaration of ``grad_norm`` (twin: ``reference.grad_norm``); one launch, no host sync.
+"""``grad_norm.cu``: declaration of ``grad_norm`` (twin: ``reference.grad_norm``); one launch, no host sync.
 
 The global L2 norm of a flat f32 buffer whose length is a multiple of :data:`NORM_CHUNK`: the norm
 of each row of :data:`NORM_CHUNK` elements (one block per row, written to ``row_norms``), then the
@@ -17,7 +17,7 @@ NORM_CHUNK = 2048
 NORM_BLOCK = 256
 """Threads per block (one row of :data:`NORM_CHUNK` elements per block)."""
 
-SOURCE = CudaSource("norm.cu", ("zs_grad_norm",),
+SOURCE = CudaSource("grad_norm.cu", ("zs_grad_norm",),
                     defines={"ZS_NORM_CHUNK": NORM_CHUNK, "ZS_NORM_BLOCK": NORM_BLOCK})
 
 

@@ -1,7 +1,7 @@
 // Uniform replay sampling in one launch: draw B row indices from the counter-based RNG, gather their
 // packed rows, advance the RNG step. One warp of ZS_SAMPLE_LANES threads per sampled row,
 // ZS_SAMPLE_ROWS_PER_BLOCK rows per block; launched with grid=grid_for(rows, ROWS_PER_BLOCK),
-// block=BLOCK (sample.py). Twin: reference.replay_sample.
+// block=BLOCK (replay_sample.py). Twin: reference.replay_sample.
 //
 // Row i: bits = zs_hash32(row_keys[i] ^ step_word[0]) (the low 32 bits of both),
 // index = (bits * n) >> 32 in 64-bit unsigned maths, n = size[0] clamped to [0, capacity];
