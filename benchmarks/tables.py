@@ -693,7 +693,7 @@ def realdata_sweep(r) -> str:
 # ----------------------------------------------------------------------------------------- main
 TABLES = (
     ("learning_cpu_quick", learning_cpu_quick), ("learning", learning), ("coverage", coverage), ("wholerun", wholerun),
-    ("synthetic_gen", synthetic_gen), ("learning_sweep", learning_sweep), ("throughput", throughput), ("e2e", e2e),
+    ("wholerun_cpu", wholerun), ("synthetic_gen", synthetic_gen), ("learning_sweep", learning_sweep), ("throughput", throughput), ("e2e", e2e),
     ("learner", learner), ("learner_profile", learner_profile),
     ("stock_syncs", stock_syncs), ("env_runner", env_runner), ("cartpole", cartpole), ("scaling", scaling),
     ("scaling_learner", scaling_learner), ("kernels", kernels), ("env", env),
