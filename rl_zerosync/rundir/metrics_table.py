@@ -17,7 +17,6 @@ writes).
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
@@ -146,13 +145,7 @@ class MetricsTable:
         if damaged:
             warn(f"{path}: dropped {len(damaged)} damaged line(s) (line {', '.join(map(str, damaged[:5]))}; "
                  "every kept iteration keeps its row)")
-        tmp = path.with_name(METRICS_FILE + ".tmp")
-        RunDir(self.path).record(tmp.name)
-        with open(tmp, "w") as f:
-            f.writelines(keep[key] + "\n" for key in sorted(keep))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        RunDir(self.path).replace_metrics([keep[key] for key in sorted(keep)])
         return dropped
 
     def write(self, rows: list[dict]) -> None:

@@ -350,14 +350,20 @@ class RunDir:
         if damaged:
             warn(f"{path}: dropped {len(damaged)} damaged line(s) (line {', '.join(map(str, damaged[:5]))}; "
                  f"every iteration up to {iteration} keeps its row)")
+        self.replace_metrics([keep[it] for it in sorted(keep)])
+        return dropped
+
+    def replace_metrics(self, lines: list[str]) -> None:
+        """``metrics.jsonl`` rewritten whole as ``lines`` (one JSON row each): into ``metrics.jsonl.tmp``
+        (in the run's inventory), synced, then swapped in, so a crash leaves the old file or the new one."""
+        path = self.path / METRICS_FILE
         tmp = path.with_name(METRICS_FILE + ".tmp")
         self.record(tmp.name)
         with open(tmp, "w") as f:
-            f.writelines(keep[it] + "\n" for it in sorted(keep))
+            f.writelines(line + "\n" for line in lines)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-        return dropped
 
     # ---- what a run writes -------------------------------------------------------------------------
 
