@@ -16,7 +16,7 @@ search space of the points, written in Ray Tune's syntax and resolved by Tune::
       shards: 1
       update: auto                             # batched | per_member | auto (learner/population_update.py)
       rollout: together                        # together | apart (env_runner/population_rollout.py)
-      eval_processes: auto                     # the members' end-of-run evaluations: N processes at once (auto: 1)
+      eval_processes: auto                     # 1 (auto): one pass over the members; N: all whole, N processes
 
 Each value of ``search`` is one of :data:`DISTRIBUTIONS` (``{name: args}``, made into the Tune object
 of that name: ``tune.grid_search``, ``tune.choice``, ``tune.uniform``, ...) or a plain value (fixed).
@@ -112,9 +112,10 @@ class PopulationSettings:
     envs stepped as one batch of P x N envs, one rollout; its Q forward batched when the update is) or
     ``apart`` (each member's runner steps its own envs, the rollouts launched back to back)."""
     eval_processes: int | str = "auto"
-    """How many processes run the members' end-of-run evaluations at once (each member's
-    ``evaluate_checkpoint``, the same files either way): 1 = in this process, one after another;
-    ``auto`` = 1 (:func:`eval_processes`)."""
+    """The members' end-of-run evaluations: 1 = one pass over all members in this process
+    (:mod:`rl_zerosync.evaluation.population_pass`: whole for the member selected on validation, lean
+    for the others); N > 1 = every member's whole ``evaluate_checkpoint``, N processes at once (the
+    pass's whole evaluations are the same files); ``auto`` = 1 (:func:`eval_processes`)."""
     points: list[dict[str, Any]] = field(default_factory=list)
     """The resolved points, each a dict dotted key -> concrete value, in Tune's order."""
     members: list[Member] = field(default_factory=list)
