@@ -387,10 +387,7 @@ def _one_line(err: BaseException) -> str:
 
 def _train_population(settings, args) -> int:
     """``train`` of a config with a ``population:`` section (:mod:`rl_zerosync.population.lockstep`)."""
-    from rl_zerosync.learner.training_guard import TrainingHalted
     from rl_zerosync.population.drive import train_population
-    from rl_zerosync.rundir.checkpoints import CheckpointError
-    from rl_zerosync.rundir.lock import RunDirError
 
     if args.seeds is not None:
         print("error: --seeds cannot be combined with a population config (population.seeds lists the seeds)",
@@ -401,16 +398,8 @@ def _train_population(settings, args) -> int:
               f"{settings.run_dir} (run.dir / run.name of the config; a member is resumed with its population)",
               file=sys.stderr)
         return 2
-    try:
-        report = train_population(settings, overwrite=args.overwrite, resume=args.resume is not None)
-    except (RunDirError, CheckpointError) as err:
-        _run_dir_error(err, args, resume=True)
-        return 2
-    except TrainingHalted as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_HALTED
-    signum = report.get("interrupted_by")
-    return 128 + signum if signum else 0
+    return _exit_code(lambda: train_population(settings, overwrite=args.overwrite, resume=args.resume is not None),
+                      args, halted=lambda: "")
 
 
 def _command(args) -> int:
@@ -422,10 +411,8 @@ def _command(args) -> int:
 
 
 def _train(args) -> int:
-    from rl_zerosync.rundir.checkpoints import CheckpointError
     from rl_zerosync.rundir.lock import RunDirError
     from rl_zerosync.config.settings import SettingsError, load
-    from rl_zerosync.learner.training_guard import TrainingHalted
     from rl_zerosync.run.train import train
 
     try:
@@ -449,13 +436,25 @@ def _train(args) -> int:
         except RunDirError as err:
             _run_dir_error(err, args, resume=False)
             return 2
+    return _exit_code(lambda: train(settings, resume=args.resume, overwrite=args.overwrite), args,
+                      halted=lambda: f"; {_kept_checkpoint(settings.run_dir)}")
+
+
+def _exit_code(run, args, *, halted) -> int:
+    """The exit code of a training command ``run()`` (a single run's or a population's): 2 for a run
+    directory or checkpoint refused (one line), :data:`EXIT_HALTED` for a guard halt (its line plus
+    ``halted()``, read after the halt), 128 + the signal that interrupted it, else 0."""
+    from rl_zerosync.learner.training_guard import TrainingHalted
+    from rl_zerosync.rundir.checkpoints import CheckpointError
+    from rl_zerosync.rundir.lock import RunDirError
+
     try:
-        result = train(settings, resume=args.resume, overwrite=args.overwrite)
+        result = run()
     except (RunDirError, CheckpointError) as err:
         _run_dir_error(err, args, resume=True)
         return 2
     except TrainingHalted as err:
-        print(f"error: {err}; {_kept_checkpoint(settings.run_dir)}", file=sys.stderr)
+        print(f"error: {err}{halted()}", file=sys.stderr)
         return EXIT_HALTED
     signum = result.get("interrupted_by")
     return 128 + signum if signum else 0
