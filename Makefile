@@ -20,12 +20,14 @@ train: setup
 
 # The suite in one shuffled order (pytest-randomly, a fixed seed: every run the same order, and no
 # test may depend on running after another); pass SEED=... for another order, -p no:randomly for file order.
-# JOBS pytest-xdist workers (default: one per core), each taking whole files (--dist loadfile: a file's
-# module-scoped Ray and fixtures are built once); JOBS=0 runs the suite in this process.
+# JOBS pytest-xdist workers (default: one per core plus one: many tests wait on the commands and Ray
+# processes they start), each taking whole files (--dist loadfile: a file's module-scoped Ray and
+# fixtures are built once), the files with `slow` tests first (tests/conftest.py; --no-loadscope-reorder
+# keeps that order); JOBS=0 runs the suite in this process.
 SEED ?= 20261202
-JOBS ?= auto
+JOBS ?= $(shell $(PY) -c "import os; print((os.cpu_count() or 1) + 1)")
 test: setup
-	$(BIN)/python -m pytest -q --randomly-seed=$(SEED) -n $(JOBS) --dist loadfile
+	$(BIN)/python -m pytest -q --randomly-seed=$(SEED) -n $(JOBS) --dist loadfile --no-loadscope-reorder
 
 test-gpu: setup
 	$(BIN)/python -m pytest -q -m gpu

@@ -1,6 +1,8 @@
 """Shared pytest setup.
 
 * GPU-marked tests skip cleanly without CUDA, ``multigpu`` ones with fewer than two GPUs.
+* Files holding ``slow`` tests run first, most ``slow`` tests first (the shuffled order otherwise kept):
+  with ``--dist loadfile`` the long files start while every worker is busy.
 * Ray, started and stopped in one place:
 
   - ``ray_local`` (module scope): one Ray instance for the whole test module, started with
@@ -20,7 +22,7 @@ import os
 from typing import Iterator
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
-    # ``make test`` runs one pytest-xdist worker per core: each worker (and the commands and Ray
+    # ``make test`` runs a pytest-xdist worker per core plus one: each worker (and the commands and Ray
     # workers it starts, which inherit the variable) keeps to one torch/OpenMP thread. Two threads per
     # worker on a 2-core machine oversubscribe the cores, and torch's threads then wait for each
     # other at every small op.
@@ -37,6 +39,7 @@ RAY_LOCAL = {"address": "local", "num_cpus": 2}
 
 
 def pytest_collection_modifyitems(config, items):
+    _long_files_first(items)
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     skip_gpu = pytest.mark.skip(reason="needs CUDA")
     skip_multi = pytest.mark.skip(reason=f"needs two CUDA GPUs, found {gpus}")
@@ -45,6 +48,17 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
         elif "multigpu" in item.keywords and gpus < 2:
             item.add_marker(skip_multi)
+
+
+def _long_files_first(items: list) -> None:
+    """Files with more ``slow`` tests first, the shuffled order kept otherwise (a stable sort, after
+    pytest-randomly's shuffle). pytest-xdist's ``--dist loadfile`` hands out whole files in this order,
+    so the long files start while every worker is still busy and the suite does not end on one worker
+    running a long file alone."""
+    slow: dict[str, int] = {}
+    for item in items:
+        slow[item.nodeid.split("::")[0]] = slow.get(item.nodeid.split("::")[0], 0) + ("slow" in item.keywords)
+    items.sort(key=lambda item: -slow[item.nodeid.split("::")[0]])
 
 
 @contextlib.contextmanager

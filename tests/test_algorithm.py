@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from rl_zerosync.algorithm import ZeroSyncDQN, updates_for
@@ -65,6 +66,7 @@ def _replay_fingerprints(algo) -> dict:
     return dict(res.get() for res in algo.learner_group.foreach_learner(fingerprint))
 
 
+@pytest.mark.slow
 def test_checkpoint_keeps_every_ddp_learners_replay_shard(ray_local, tmp_path):
     """2 remote runners feed 2 DDP learners different shards; a checkpoint restores each shard to its rank."""
     def config():

@@ -83,6 +83,7 @@ def test_ray_notices_once_at_debug_in_our_commands_only(caplog):
                 logger.removeFilter(f)
 
 
+@pytest.mark.slow
 def test_the_cli_prints_no_ray_notices(tmp_path):
     smoke = str(Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml")
     out = subprocess.run([sys.executable, "-m", "rl_zerosync", "train", "--config", smoke,

@@ -46,6 +46,7 @@ def test_settings_error_names_key_and_file(tmp_path):
     assert "batch_sise" in out.stderr and "bad.yaml" in out.stderr and "batch_size" in out.stderr
 
 
+@pytest.mark.slow
 def test_kill_and_resume(tmp_path):
     """SIGKILL a run mid-way, resume it: iterations and env steps continue."""
     run = ["--set", f"run.dir={tmp_path}", "--set", "run.name=r", "--set", "run.iterations=40",
@@ -84,6 +85,7 @@ def test_kill_and_resume(tmp_path):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.slow
 def test_ctrl_c_writes_a_checkpoint_and_exits_128_plus_signal(tmp_path, sig):
     run = ["--set", f"run.dir={tmp_path}", "--set", "run.name=c", "--set", "run.iterations=100000",
            "--set", "run.checkpoint_every=0"]
@@ -107,6 +109,7 @@ def test_ctrl_c_writes_a_checkpoint_and_exits_128_plus_signal(tmp_path, sig):
     assert 2 <= len(_iterations(run_dir)) < 100000
 
 
+@pytest.mark.slow
 def test_ctrl_c_after_the_reader_of_stdout_went_away_still_checkpoints(tmp_path):
     """``rl-zerosync train ... | tee log`` and Ctrl-C: the same SIGINT ends ``tee`` first, so the run's
     stdout is a pipe without a reader. Its writes are silenced, not raised: the checkpoint is written
@@ -135,6 +138,7 @@ def test_ctrl_c_after_the_reader_of_stdout_went_away_still_checkpoints(tmp_path)
     assert 2 <= len(_iterations(run_dir)) < 100000
 
 
+@pytest.mark.slow
 def test_remote_env_runners_and_ddp_learners(tmp_path):
     """Scale-out path: 2 remote GPUEnvRunner actors + 2 learners (DDP over gloo on the CPU)."""
     sets = ["--set", f"run.dir={tmp_path}", "--set", "run.name=scale", "--set", "run.iterations=3",
@@ -201,6 +205,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 @pytest.mark.skipif(shutil.which("ray", path=str(BIN)) is None, reason="ray CLI not installed")
+@pytest.mark.slow
 def test_ray_job_submit(tmp_path):
     """Start a private Ray head (its own temp dir and process group), submit the smoke config as a job
     with the default relative ``run.dir``: SUCCEEDED, and the outputs are in the persistent storage
@@ -270,6 +275,7 @@ def test_a_relative_run_dir_inside_a_job_resolves_against_the_storage_path(tmp_p
     assert load(SMOKE).run_dir == Path(DEFAULT_STORAGE).expanduser().resolve() / "runs" / "smoke"
 
 
+@pytest.mark.slow
 def test_evaluate_on_a_user_csv(tmp_path):
     """`evaluate --data FILE` on a real market CSV (the GOOGL file shipped in gym-anytrading)."""
     gym_anytrading = pytest.importorskip("gym_anytrading")

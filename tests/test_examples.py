@@ -49,6 +49,7 @@ def test_tune_sweep(tmp_path):
     assert re.search(r"^best trial: lr=\S+ replay_ratio=\S+ env_runners/episode_return_mean=[\d.]+", out, re.M), out
 
 
+@pytest.mark.slow
 def test_export_policy(tmp_path):
     out = _run("export_policy.py", tmpdir=tmp_path)  # the default run directory: temporary
     assert not list(tmp_path.glob("zerosync_*")), "the example left its temporary run directory"

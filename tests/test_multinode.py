@@ -267,6 +267,7 @@ CHILD = "RL_ZEROSYNC_TWO_NODE_CHILD"
 
 
 @pytest.mark.skipif(not RAY_CLI.exists(), reason=f"`ray start` unavailable: no ray CLI at {RAY_CLI}")
+@pytest.mark.slow
 def test_runner_on_a_worker_node_recovers_and_a_lost_node_fails_the_run():
     """Runs :func:`test_two_node_cluster_body` in a fresh Python process whose environment says
     ``RAY_AUTH_MODE=disabled`` before Ray is imported: an earlier ``ray.init`` in this pytest process
@@ -336,6 +337,7 @@ POPULATION_CHILD = "RL_ZEROSYNC_TWO_NODE_POPULATION_CHILD"
 
 
 @pytest.mark.skipif(not RAY_CLI.exists(), reason=f"`ray start` unavailable: no ray CLI at {RAY_CLI}")
+@pytest.mark.slow
 def test_population_shards_on_two_nodes_match_one_shard():
     """Runs :func:`test_population_shards_body` in a fresh process (as the test above, for the same reason)."""
     env = {**os.environ, POPULATION_CHILD: "1", "RAY_AUTH_MODE": "disabled"}

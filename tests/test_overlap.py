@@ -72,6 +72,7 @@ def _remote(overlap: bool):
     return algo.env_runners(num_cpus_per_env_runner=0).build_algo()
 
 
+@pytest.mark.slow
 def test_overlap_with_a_remote_runner_trains_while_it_samples(ray_local):
     """A remote runner samples (an asynchronous Ray call) while the local learner trains on the
     replay as it was before that rollout: iteration 1 trains nothing, later ones K updates sized by
@@ -120,6 +121,7 @@ def test_start_and_finish_pair_up(ray_local):
 
 
 
+@pytest.mark.slow
 def test_overlap_with_remote_runners_and_ddp_learners(ray_local):
     """Two remote runners sample while two DDP learners train: K per learner from the previous
     iteration's env steps, every rollout stored once (half on each rank)."""

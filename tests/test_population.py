@@ -376,6 +376,7 @@ def _pbt_space(shards: int) -> dict:
             "search": {"algo.lr": {"grid_search": [1e-3]}}}
 
 
+@pytest.mark.slow
 def test_two_shards_give_the_members_of_one_shard_with_pbt_between_them(tmp_path):
     from rl_zerosync.population.drive import train_population
     from rl_zerosync.population.shards import shard_members

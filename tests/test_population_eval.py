@@ -44,6 +44,7 @@ def _metrics(member: Path) -> dict:
     return json.loads(text)
 
 
+@pytest.mark.slow
 def test_evaluations_in_processes_equal_in_process(tmp_path):
     here, lines_here = _train_and_evaluate(tmp_path / "here", 1)
     apart, lines_apart = _train_and_evaluate(tmp_path / "apart", 2)

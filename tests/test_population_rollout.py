@@ -61,6 +61,7 @@ def _train(raw: dict) -> tuple[list, list, str]:
     return weights, metrics, line
 
 
+@pytest.mark.slow
 def test_together_is_bit_for_bit_each_members_own_runner(tmp_path):
     w_apart, m_apart, line_apart = _train(_raw(tmp_path, "apart"))
     w_together, m_together, line = _train(_raw(tmp_path, "together"))

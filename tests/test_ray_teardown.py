@@ -55,6 +55,7 @@ def test_train_leaves_a_running_ray_to_its_owner(tmp_path, ray_instance):
     assert not ray.is_initialized()
 
 
+@pytest.mark.slow
 def test_the_command_exits_0_with_ray_already_shut_down(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a private local instance
     proc = subprocess.run([sys.executable, "-X", "faulthandler", "-c", EXIT_PROBE, str(_config(tmp_path))],

@@ -8,12 +8,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 SUMMARY_KEYS = {"bad_inputs_tried", "bad_inputs_named_error", "faults_tried", "faults_survived_or_named",
                 "rows_lost_or_duplicated", "files_deleted_outside_run", "files_changed_outside_run",
                 "failed_or_interrupted_runs", "failed_or_interrupted_runs_nonzero", "bad_inputs_named_over_time_limit"}
 
 
+@pytest.mark.slow
 def test_quick_reliability_benchmark(tmp_path):
     out = tmp_path / "reliability.json"
     env = dict(os.environ, PYTHONUNBUFFERED="1")

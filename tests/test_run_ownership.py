@@ -195,6 +195,7 @@ def test_metrics_are_cut_back_to_the_resumed_iteration(tmp_path):
 
 # ---- a real kill -9 (before the in-process Ray instance below starts) ---------------------------
 
+@pytest.mark.slow
 def test_kill_9_mid_run_then_resume(tmp_path):
     run_dir = tmp_path / "k"
     sets = ["--set", "run.iterations=24", "--set", "run.checkpoint_every=4", "--set", "run.evaluate=false"]

@@ -52,6 +52,7 @@ def _rows(path: Path) -> int:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+@pytest.mark.slow
 def test_the_seed_child_stops_with_its_driver(tmp_path, sig):
     cmd = [sys.executable, "-m", "rl_zerosync", "train", "--config", str(SMOKE), "--set", f"run.dir={tmp_path}",
            "--set", "run.name=s", "--set", "run.iterations=100000", "--set", "run.checkpoint_every=0", "--seeds", "3"]

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from rl_zerosync.config.settings import from_dict, load
 from rl_zerosync.run.seeds import together_blocker
@@ -40,6 +41,7 @@ def _weights(run_dir: Path) -> dict:
     return out
 
 
+@pytest.mark.slow
 def test_seeds_as_one_population_equal_their_own_processes(tmp_path):
     pop = _train(tmp_path, "t", "--seeds", "0,1")
     assert pop.returncode == 0, pop.stdout[-3000:] + pop.stderr[-3000:]

@@ -330,6 +330,7 @@ def test_googl_config_fits_every_fold_up_to_30():
                 os.chdir(old)
 
 
+@pytest.mark.slow
 def test_walk_forward_end_to_end_cli(tmp_path):
     """K=2 through `rl-zerosync evaluate --walk-forward`: two tiny CPU folds -> walk_forward.json."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
