@@ -6,11 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from arch.bootstrap import SPA, StationaryBootstrap
+from arch.bootstrap import SPA, StationaryBootstrap, optimal_block_length
 
 from rl_zerosync.evidence.block import spa_test_panel
 from rl_zerosync.evidence.resample import (
-    counts_of, generator, kernel_variance, spa_pvalues, stationary_counts, stationary_indices, weighted_sharpes)
+    counts_of, generator, kernel_variance, politis_white, spa_pvalues, stationary_counts, stationary_indices,
+    weighted_sharpes)
 
 
 def _arch_indices(n: int, block: float, reps: int, seed: int) -> np.ndarray:
@@ -118,3 +119,21 @@ def test_gpu_draws_agree_with_cpu_within_monte_carlo_error():
         weighted_sharpes(w, xg, 252.0)
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+@pytest.mark.parametrize("n,k", [(20, 3), (300, 4), (2012, 10), (20120, 6)])
+def test_politis_white_equals_arch_column_by_column(n, k):
+    """Every column's stationary and circular block length equals arch's own loop (float64 rounding):
+    iid, AR(1) 0.6 and its absolute values (volatility-like) columns side by side."""
+    rng = np.random.default_rng(n)
+    e = rng.normal(size=(n, k))
+    x = e.copy()
+    for t in range(1, n):
+        x[t, 1:] = 0.6 * x[t - 1, 1:] + e[t, 1:]
+    x[:, -1] = np.abs(x[:, -1])
+    ref = optimal_block_length(x)
+    sb, cb = politis_white(x)
+    np.testing.assert_allclose(sb, ref["stationary"].to_numpy(), rtol=1e-9)
+    np.testing.assert_allclose(cb, ref["circular"].to_numpy(), rtol=1e-9)
+    if n >= 300:  # long enough to tell: the AR(1) column needs longer blocks than the iid one
+        assert sb[1] > 2 * sb[0]

@@ -46,7 +46,7 @@ from scipy import stats
 
 from rl_zerosync.evidence.overfitting import EULER_MASCHERONI
 from rl_zerosync.evidence.resample import (
-    chunks, cluster_counts, generator, stationary_counts, stats_device, weighted_sharpes)
+    chunks, cluster_counts, generator, politis_white, stationary_counts, stats_device, weighted_sharpes)
 from rl_zerosync.evidence.significance import MIN_BARS, check_level, check_periods_per_year, check_reps
 
 MIN_CLUSTERS = 8
@@ -113,14 +113,12 @@ def block_rule(columns: Sequence[np.ndarray], positions: Sequence[np.ndarray] | 
     """The mean block length of a bar bootstrap of ``columns`` (equal lengths) and how it was chosen:
     the longest of the Politis-White estimate (stationary) on the returns and on their absolute
     values, and :func:`position_time` of each given position series; at least 1, at most half the bars."""
-    from arch.bootstrap import optimal_block_length
-
     x = np.column_stack(columns)
     x = x[:, x.std(axis=0) > 0]
     parts = {}
     if x.shape[1]:
-        parts["Politis-White on returns"] = float(np.max(optimal_block_length(x)["stationary"].to_numpy()))
-        parts["on |returns|"] = float(np.max(optimal_block_length(np.abs(x))["stationary"].to_numpy()))
+        parts["Politis-White on returns"] = float(np.max(politis_white(x)[0]))
+        parts["on |returns|"] = float(np.max(politis_white(np.abs(x))[0]))
     if positions:
         parts["position autocorrelation time"] = max(position_time(p) for p in positions)
     finite = {k: v for k, v in parts.items() if math.isfinite(v)}

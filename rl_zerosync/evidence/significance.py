@@ -16,7 +16,8 @@ function                                      what it gives
 
 Bootstraps use :mod:`arch.bootstrap` (stationary bootstrap of Politis & Romano 1994, or the circular
 block bootstrap), with the block length of Politis & White (2004, corrected by Patton, Politis & White
-2009) from :func:`arch.bootstrap.optimal_block_length`, and percentile intervals: the
+2009; :func:`rl_zerosync.evidence.resample.politis_white`, arch's ``optimal_block_length`` for all columns
+at once), and percentile intervals: the
 ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles of the replicated statistic. Results are
 deterministic under ``seed`` (an int or a :class:`numpy.random.Generator`, handed to arch as ``seed=``).
 Selection-bias tools (PSR, DSR, SPA, PBO) are in :mod:`rl_zerosync.evidence.overfitting`.
@@ -97,8 +98,9 @@ def block_length_for(x: np.ndarray, bootstrap: Bootstrap = "stationary",
     """Block length for the columns of ``x`` (bars on axis 0) and how it was chosen.
 
     Given ``block_length`` (>= 1) is used as is. Otherwise the Politis-White (2004) estimate for the
-    mean of each column (:func:`arch.bootstrap.optimal_block_length`, the ``stationary`` or
-    ``circular`` column), the largest over columns; an estimate below 1 (no detectable
+    mean of each column (:func:`rl_zerosync.evidence.resample.politis_white`, arch's
+    ``optimal_block_length`` for all columns at once: the ``stationary`` or ``circular`` one), the
+    largest over columns; an estimate below 1 (no detectable
     autocorrelation) is raised to 1, the iid bootstrap, and the description says so. Columns with zero
     variance carry no dependence and are left out (all constant: 1). The circular bootstrap needs
     whole blocks: the length is rounded up.
@@ -116,9 +118,9 @@ def block_length_for(x: np.ndarray, bootstrap: Bootstrap = "stationary",
         if cols.shape[1] == 0:
             b, how = 1.0, "constant series"
         else:
-            from arch.bootstrap import optimal_block_length
+            from rl_zerosync.evidence.resample import politis_white
 
-            est = float(np.max(optimal_block_length(cols)[bootstrap].to_numpy()))
+            est = float(np.max(politis_white(cols)[0 if bootstrap == "stationary" else 1]))
             if not math.isfinite(est):
                 raise ValueError(f"block_length: the Politis-White estimate is undefined ({est}) for these "
                                  "returns; expected an explicit block_length (bars)")
