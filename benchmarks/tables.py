@@ -699,6 +699,7 @@ TABLES = (
     ("scaling_learner", scaling_learner), ("kernels", kernels), ("env", env),
     ("population_cpu_quick", population_cpu_quick), ("population_update", population_update),
     ("reliability", reliability), ("realdata", realdata), ("realdata_sweep", realdata_sweep),
+    ("realdata_sweep_gpu", realdata_sweep),
 )
 """(JSON name in the results folder, printer), in the order of ``docs/results.md``."""
 
