@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rl_zerosync.rundir.metrics_table import MetricsTable, member_of, read_metrics
+from rl_zerosync.rundir.metrics_table import MetricsTable, member_of, read_member_metrics, read_metrics
 from rl_zerosync.rundir.run_dir import RunDir, metrics_row
 
 
@@ -76,3 +76,22 @@ def test_missing_and_damaged_tables_are_named(tmp_path):
         read_metrics(tmp_path / "member4")
     with pytest.raises(RuntimeError, match="not open"):
         MetricsTable(tmp_path / "x").write([{"member": 0, "iteration": 1}])
+
+
+def test_every_members_rows_from_one_read_of_the_table(tmp_path):
+    """read_member_metrics gives each directory what read_metrics gives it (members of a population's
+    table, a single run's own table beside them, a member without rows), the table parsed once; a
+    directory with neither table is named as read_metrics names it."""
+    rows = [{"iteration": it, "member": k, "x": 10 * it + k} for it in (1, 2, 3) for k in (0, 2)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for k in (0, 1, 2):
+        (tmp_path / f"member{k}").mkdir()
+    single = tmp_path / "single"
+    single.mkdir()
+    (single / "metrics.jsonl").write_text(json.dumps({"iteration": 1, "x": 5}) + "\n")
+    dirs = [tmp_path / "member2", single, tmp_path / "member0", tmp_path / "member1"]
+    got = read_member_metrics(dirs)
+    assert got == [read_metrics(d) for d in dirs]
+    assert [r["x"] for r in got[0]] == [12, 22, 32] and got[3] == [] and "member" not in got[0][0]
+    with pytest.raises(FileNotFoundError, match="no metrics.jsonl"):
+        read_member_metrics([tmp_path / "nowhere"])

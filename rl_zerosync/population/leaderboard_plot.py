@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from rl_zerosync.rundir.metrics_table import read_metrics
+from rl_zerosync.rundir.metrics_table import read_member_metrics, read_metrics
 
 POPULATION_PNG = "population.png"
 SELECTED_COLOR = "tab:red"
@@ -39,11 +39,24 @@ def validation_curve(run_dir: Path, metric: str = "sharpe") -> tuple[list[int], 
     """A member's validation passes from its metrics rows (the population's table,
     :func:`~rl_zerosync.rundir.metrics_table.read_metrics`): (iterations, values, the rule chosen on
     validation's validation Sharpe of the last pass or None)."""
-    its, values, rule = [], [], None
     try:
         rows = read_metrics(run_dir)
     except FileNotFoundError:
-        return its, values, rule
+        return [], [], None
+    return _curve(rows, metric)
+
+
+def validation_curves(run_dirs: Sequence[Path], metric: str = "sharpe") -> list[tuple]:
+    """:func:`validation_curve` of each member directory, the population's table read once."""
+    try:
+        tables = read_member_metrics(run_dirs)
+    except FileNotFoundError:
+        return [validation_curve(d, metric) for d in run_dirs]
+    return [_curve(rows, metric) for rows in tables]
+
+
+def _curve(rows: Sequence[Mapping[str, Any]], metric: str) -> tuple[list[int], list[float], float | None]:
+    its, values, rule = [], [], None
     for row in rows:
         value = row.get(f"eval/validation_{metric}")
         if value is None:
@@ -72,7 +85,8 @@ def plot_population(report: Mapping[str, Any], parent: Path, path: Path, metric:
     in_ensemble = set(ensemble.get("members") or [])
     width = min(19.0, max(13.0, 0.22 * len(rows) + 7))  # the legends sit right of the panels
     fig, (ax_c, ax_l) = plt.subplots(2, 1, figsize=(width, 9.5), height_ratios=[1.1, 1.0])
-    curves = {r["member"]: validation_curve(member_dir(parent, r["member"]), metric) for r in rows}
+    curves = dict(zip([r["member"] for r in rows],
+                      validation_curves([member_dir(parent, r["member"]) for r in rows], metric)))
     texts: dict[str, Any] = {"curves_title": _curves_panel(ax_c, rows, curves, selected, in_ensemble, metric)}
     texts["leaderboard_title"], texts["order"] = _leaderboard_panel(ax_l, report, rows, selected, in_ensemble, metric)
     texts["legend"] = [t.get_text() for ax in (ax_c, ax_l) if ax.get_legend() for t in ax.get_legend().get_texts()]

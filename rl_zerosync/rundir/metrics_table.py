@@ -19,13 +19,14 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Sequence
 
 from rl_zerosync.rundir.checkpoints import warn
 from rl_zerosync.rundir.lock import RunDirError
 from rl_zerosync.rundir.os_errors import write_failed
 from rl_zerosync.rundir.run_dir import METRICS_FILE, TB_QUEUE, TENSORBOARD_DIR, RunDir
 
-__all__ = ["MEMBER_COLUMN", "MetricsTable", "read_metrics", "member_of"]
+__all__ = ["MEMBER_COLUMN", "MetricsTable", "read_metrics", "read_member_metrics", "member_of"]
 
 MEMBER_COLUMN = "member"
 """The population table's column that names a row's member (its index ``k``, of ``member<k>/``)."""
@@ -72,6 +73,27 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
                                 f"whose table is {path.parent / METRICS_FILE})")
     return [{key: v for key, v in row.items() if key != MEMBER_COLUMN}
             for row in _rows(path.parent / METRICS_FILE) if row.get(MEMBER_COLUMN) == k]
+
+
+def read_member_metrics(run_dirs: Sequence[str | Path]) -> list[list[dict]]:
+    """:func:`read_metrics` of each of ``run_dirs``, a population's table parsed once for all of its
+    members (not once per member: 64 members' curves read it 64 times)."""
+    tables: dict[Path, dict[int, list[dict]]] = {}
+    out = []
+    for run_dir in run_dirs:
+        path = Path(run_dir)
+        k = member_of(path) if not (path / METRICS_FILE).is_file() else None
+        if k is None:
+            out.append(read_metrics(path))
+            continue
+        if path.parent not in tables:
+            by_member: dict[int, list[dict]] = {}
+            for row in _rows(path.parent / METRICS_FILE):
+                by_member.setdefault(row.get(MEMBER_COLUMN), []).append(
+                    {key: v for key, v in row.items() if key != MEMBER_COLUMN})
+            tables[path.parent] = by_member
+        out.append(tables[path.parent].get(k, []))
+    return out
 
 
 def _kept_rows(path: Path, kept: dict[int, int]) -> tuple[dict[tuple[int, int], str], int, list[int]]:
