@@ -11,7 +11,7 @@ import yaml
 from bench_module import bench_module
 from tiny_run import tiny_raw
 
-from rl_zerosync.run.seeds import seeds_evidence, train_seeds
+from rl_zerosync.run.seeds import seeds_evidence, summary_line, train_seeds
 
 learning = bench_module("learning")
 
@@ -30,6 +30,21 @@ def test_validation_only_seeds_read_no_test(tmp_path):
     assert report["summary"]["test_read"] is False and "test_sharpe_mean" not in report["summary"]
     assert not (tmp_path / "s" / "seed0" / "evaluation").exists()  # the test segment was never scored
     assert json.loads((tmp_path / "s" / "seeds.json").read_text())["summary"]["test_read"] is False
+
+
+def test_seeds_of_runs_without_evaluation_report_validation_only(tmp_path):
+    """``--seeds`` with ``run.evaluate=false`` in the settings (not a selection sweep): the report is the
+    validation-only one instead of an error after training about evaluations never written."""
+    cfg = tmp_path / "tiny.yaml"
+    raw = tiny_raw({"iterations": 2, "checkpoint_every": 1, "eval_every": 1, "dir": str(tmp_path), "name": "e",
+                    "evaluate": False},
+                   data={"heldout_validation_series": 2, "heldout_test_series": 3, "heldout_bars": 400})
+    cfg.write_text(yaml.safe_dump(raw))
+    report = train_seeds(str(cfg), [], [0])
+    assert report["summary"]["test_read"] is False and "test_sharpe_mean" not in report["summary"]
+    assert report["per_seed"][0]["validation_passes"] == 2
+    assert not (tmp_path / "e" / "seed0" / "evaluation").exists()
+    assert "test not read" in summary_line(report) and "best validation sharpe" in summary_line(report)
 
 
 def _sweep(path, variants):

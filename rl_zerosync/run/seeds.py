@@ -243,7 +243,7 @@ def train_seeds(config: str, overrides: Sequence[str], seeds: Sequence[int], *, 
     member<k>``, member k = the k-th seed: bit for bit the k-th seed's own run on a CPU; see
     :func:`together_blocker` for when it can). ``test=False`` (a selection sweep): the runs end
     without their evaluation (``run.evaluate=false``, so no test segment is read) and seeds.json holds
-    validation only (:func:`validation_record`). ``extra_trials``: see :func:`seeds_evidence`.
+    validation only (:func:`validation_record`), as it does when the settings say ``run.evaluate: false``. ``extra_trials``: see :func:`seeds_evidence`.
     ``plans``: a resumed sweep (one process per seed; :func:`seed_plans`): reused seeds are read back,
     the others resumed, restarted or trained."""
     from rl_zerosync.config.settings import load
@@ -251,6 +251,9 @@ def train_seeds(config: str, overrides: Sequence[str], seeds: Sequence[int], *, 
     if not test:
         overrides = [*overrides, "run.evaluate=false"]
     base = load(config, list(overrides))
+    # The runs' own run.evaluate=false (the config's or a --set): no test segment is scored, so the
+    # report is the validation-only one (it used to fail at the end reading evaluations never written).
+    test = test and base.run.evaluate
     if parallel < 1:
         raise ValueError(f"--parallel: expected an int >= 1, got {parallel}")
     parent = Path(base.run.dir) / (base.run.name + name_suffix)
@@ -381,6 +384,12 @@ def _partial_report(config, overrides, parent: Path, seeds, walls: dict, signum:
 
 def summary_line(report: dict[str, Any]) -> str:
     s = report["summary"]
+    if not s.get("test_read", True):  # validation only: no test segment was scored
+        kind = next(k for k in s if k.startswith("best_validation_sharpe_") and k != "best_validation_sharpe_mean")
+        lo, hi = s[kind]
+        return (f"{s['seeds']} seeds: best validation sharpe {s['best_validation_sharpe_mean']:+.2f} "
+                f"[{lo:+.2f}, {hi:+.2f}] ({kind.removeprefix('best_validation_sharpe_').replace('_', ' ')}) | "
+                "test not read (run.evaluate false)")
     r = s["rules_test_sharpe_mean"]
     if "test_sharpe_ci95" in s:
         lo, hi = s["test_sharpe_ci95"]
