@@ -63,16 +63,7 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
     """The metrics rows of the run in ``run_dir``, in the order written: its own ``metrics.jsonl``, or
     for a population member's directory (:func:`member_of`) the member's rows of the population's table
     without the ``member`` column. ``FileNotFoundError`` naming both places when there is neither."""
-    path = Path(run_dir)
-    own = path / METRICS_FILE
-    if own.is_file():
-        return _rows(own)
-    k = member_of(path)
-    if k is None:
-        raise FileNotFoundError(f"{own}: no metrics.jsonl (and {path.name} is not a member of a population "
-                                f"whose table is {path.parent / METRICS_FILE})")
-    return [{key: v for key, v in row.items() if key != MEMBER_COLUMN}
-            for row in _rows(path.parent / METRICS_FILE) if row.get(MEMBER_COLUMN) == k]
+    return read_member_metrics([run_dir])[0]
 
 
 def read_member_metrics(run_dirs: Sequence[str | Path]) -> list[list[dict]]:
@@ -82,10 +73,14 @@ def read_member_metrics(run_dirs: Sequence[str | Path]) -> list[list[dict]]:
     out = []
     for run_dir in run_dirs:
         path = Path(run_dir)
-        k = member_of(path) if not (path / METRICS_FILE).is_file() else None
-        if k is None:
-            out.append(read_metrics(path))
+        own = path / METRICS_FILE
+        if own.is_file():
+            out.append(_rows(own))
             continue
+        k = member_of(path)
+        if k is None:
+            raise FileNotFoundError(f"{own}: no metrics.jsonl (and {path.name} is not a member of a population "
+                                    f"whose table is {path.parent / METRICS_FILE})")
         if path.parent not in tables:
             by_member: dict[int, list[dict]] = {}
             for row in _rows(path.parent / METRICS_FILE):
