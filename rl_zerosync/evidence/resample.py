@@ -128,10 +128,9 @@ def politis_white(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The Politis & White (2004; Patton, Politis & White 2009) optimal mean block length of each column
     of ``x [n, k]`` (bars on axis 0): ``(stationary, circular)``, each ``[k]``. The same estimate as
     :func:`arch.bootstrap.optimal_block_length` (to float64 rounding: ``tests/test_resample.py``), for
-    every column at once and without a BLAS call per lag and column: arch's loop makes ~3 ``m_max``
-    dot products per column, and on a 16-core GPU host (OpenBLAS threading each dot of more than
-    10,000 bars, beside torch's own threads) those calls stalled an evaluation of the 10-stock panel
-    for minutes in its SPA."""
+    every column at once and without a BLAS call per lag and column (arch's loop makes ~3 ``m_max``
+    dot products per column; an evaluation of the 10-stock panel on a 16-core GPU host stalled for
+    minutes with its stack in that loop, thread contention in those small BLAS calls the likely cause)."""
     x = np.asarray(x, dtype=np.float64)
     x = x[:, None] if x.ndim == 1 else x
     n = x.shape[0]
