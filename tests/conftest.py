@@ -57,8 +57,8 @@ def _long_files_first(items: list) -> None:
     running a long file alone."""
     slow: dict[str, int] = {}
     for item in items:
-        slow[item.nodeid.split("::")[0]] = slow.get(item.nodeid.split("::")[0], 0) + ("slow" in item.keywords)
-    items.sort(key=lambda item: -slow[item.nodeid.split("::")[0]])
+        slow[item.location[0]] = slow.get(item.location[0], 0) + ("slow" in item.keywords)
+    items.sort(key=lambda item: -slow[item.location[0]])
 
 
 @contextlib.contextmanager

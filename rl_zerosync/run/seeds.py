@@ -243,7 +243,8 @@ def train_seeds(config: str, overrides: Sequence[str], seeds: Sequence[int], *, 
     member<k>``, member k = the k-th seed: bit for bit the k-th seed's own run on a CPU; see
     :func:`together_blocker` for when it can). ``test=False`` (a selection sweep): the runs end
     without their evaluation (``run.evaluate=false``, so no test segment is read) and seeds.json holds
-    validation only (:func:`validation_record`), as it does when the settings say ``run.evaluate: false``. ``extra_trials``: see :func:`seeds_evidence`.
+    validation only (:func:`validation_record`), as it does when the settings say
+    ``run.evaluate: false``. ``extra_trials``: see :func:`seeds_evidence`.
     ``plans``: a resumed sweep (one process per seed; :func:`seed_plans`): reused seeds are read back,
     the others resumed, restarted or trained."""
     from rl_zerosync.config.settings import load
